@@ -1,0 +1,259 @@
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Arch, ParseError};
+
+/// Element type of Q, K, V and O. Accumulation is always f32, LSE is always f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    Bf16,
+    Fp16,
+}
+
+impl Dtype {
+    pub const ALL: [Dtype; 2] = [Dtype::Bf16, Dtype::Fp16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp16 => "fp16",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> u32 {
+        2
+    }
+}
+
+impl fmt::Display for Dtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Dtype {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "bf16" | "bfloat16" => Ok(Dtype::Bf16),
+            "fp16" | "f16" | "float16" | "half" => Ok(Dtype::Fp16),
+            _ => Err(ParseError {
+                what: "dtype",
+                given: s.to_string(),
+                expected: "bf16, fp16".into(),
+            }),
+        }
+    }
+}
+
+/// Which (query, key) pairs take part in the softmax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MaskKind {
+    /// Every query sees every key.
+    None,
+    /// Query `i` sees key `j` when `j <= i + seqlen_k - seqlen_q`: aligned to the
+    /// bottom-right corner as FlashAttention does, so the last query sees every key
+    /// (a cached prefix followed by new tokens).
+    Causal,
+}
+
+impl MaskKind {
+    pub const ALL: [MaskKind; 2] = [MaskKind::None, MaskKind::Causal];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MaskKind::None => "none",
+            MaskKind::Causal => "causal",
+        }
+    }
+}
+
+impl fmt::Display for MaskKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for MaskKind {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "full" | "noncausal" | "non-causal" | "0" => Ok(MaskKind::None),
+            "causal" | "1" => Ok(MaskKind::Causal),
+            _ => Err(ParseError {
+                what: "mask",
+                given: s.to_string(),
+                expected: "none, causal".into(),
+            }),
+        }
+    }
+}
+
+/// What a caller needs computed: everything that changes the kernel's meaning.
+///
+/// Two problems with the same spec can run the same kernel; problem sizes (batch,
+/// seqlens, heads) are run-time arguments and never part of a spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KernelSpec {
+    pub arch: Arch,
+    pub dtype: Dtype,
+    /// Head dim of Q and K.
+    pub head_dim: u32,
+    /// Head dim of V and O.
+    pub head_dim_v: u32,
+    pub mask: MaskKind,
+}
+
+impl KernelSpec {
+    /// A spec whose V head dim equals its QK head dim.
+    pub fn new(arch: Arch, dtype: Dtype, head_dim: u32, mask: MaskKind) -> Self {
+        KernelSpec {
+            arch,
+            dtype,
+            head_dim,
+            head_dim_v: head_dim,
+            mask,
+        }
+    }
+
+    /// Short stable tag for file names: `sm90_bf16_d128_causal` (`d192v128` when the
+    /// head dims differ).
+    pub fn tag(&self) -> String {
+        let dims = if self.head_dim == self.head_dim_v {
+            format!("d{}", self.head_dim)
+        } else {
+            format!("d{}v{}", self.head_dim, self.head_dim_v)
+        };
+        format!("{}_{}_{}_{}", self.arch, self.dtype, dims, self.mask)
+    }
+}
+
+impl fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "arch={} dtype={} head_dim={} head_dim_v={} mask={}",
+            self.arch, self.dtype, self.head_dim, self.head_dim_v, self.mask
+        )
+    }
+}
+
+/// How one kernel computes a spec: the tile shape and the template's own switches.
+///
+/// `switches` holds the knobs a particular template exposes (for example whether Q
+/// stays in registers); its keys are sorted so the config serialises, prints and
+/// hashes the same way every time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TileConfig {
+    /// Query rows per thread block.
+    pub block_m: u32,
+    /// Key/value rows per main-loop iteration.
+    pub block_n: u32,
+    /// Warps per thread block.
+    pub warps: u32,
+    /// K/V tiles in flight (shared-memory ring depth).
+    pub stages: u32,
+    /// Template-specific switches, by name.
+    #[serde(default)]
+    pub switches: BTreeMap<String, u32>,
+}
+
+impl TileConfig {
+    /// Value of a template switch, or `default` when the config does not set it.
+    pub fn switch(&self, name: &str, default: u32) -> u32 {
+        self.switches.get(name).copied().unwrap_or(default)
+    }
+
+    /// Short stable tag for file names: `m128n64w4s2` plus `_name1` per switch.
+    pub fn tag(&self) -> String {
+        let mut t = format!(
+            "m{}n{}w{}s{}",
+            self.block_m, self.block_n, self.warps, self.stages
+        );
+        for (k, v) in &self.switches {
+            t.push_str(&format!("_{k}{v}"));
+        }
+        t
+    }
+}
+
+impl fmt::Display for TileConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "block_m={} block_n={} warps={} stages={}",
+            self.block_m, self.block_n, self.warps, self.stages
+        )?;
+        for (k, v) in &self.switches {
+            write!(f, " {k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_and_mask_parse() {
+        assert_eq!("BF16".parse::<Dtype>().unwrap(), Dtype::Bf16);
+        assert_eq!("half".parse::<Dtype>().unwrap(), Dtype::Fp16);
+        let e = "fp8".parse::<Dtype>().unwrap_err();
+        assert!(e.to_string().contains("unknown dtype `fp8`"));
+        assert_eq!("causal".parse::<MaskKind>().unwrap(), MaskKind::Causal);
+        assert_eq!("0".parse::<MaskKind>().unwrap(), MaskKind::None);
+        assert!("sliding".parse::<MaskKind>().is_err());
+    }
+
+    #[test]
+    fn tags_are_stable_and_distinct() {
+        let s = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        assert_eq!(s.tag(), "sm90_bf16_d128_causal");
+        let s2 = KernelSpec {
+            head_dim_v: 64,
+            ..s
+        };
+        assert_eq!(s2.tag(), "sm90_bf16_d128v64_causal");
+        let mut c = TileConfig {
+            block_m: 128,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            switches: BTreeMap::new(),
+        };
+        assert_eq!(c.tag(), "m128n64w4s2");
+        c.switches.insert("qregs".into(), 1);
+        assert_eq!(c.tag(), "m128n64w4s2_qregs1");
+        assert_eq!(c.switch("qregs", 0), 1);
+        assert_eq!(c.switch("absent", 7), 7);
+    }
+
+    #[test]
+    fn config_json_round_trips() {
+        let mut c = TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 1,
+            switches: BTreeMap::new(),
+        };
+        c.switches.insert("b".into(), 2);
+        c.switches.insert("a".into(), 1);
+        let j = serde_json::to_string(&c).unwrap();
+        assert_eq!(
+            j,
+            r#"{"block_m":64,"block_n":32,"warps":4,"stages":1,"switches":{"a":1,"b":2}}"#
+        );
+        let back: TileConfig = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, c);
+    }
+}
