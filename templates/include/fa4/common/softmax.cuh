@@ -1,0 +1,78 @@
+// Online softmax over register fragments (FlashAttention's running max and sum).
+//
+// A thread holds scores in C fragments `s[kMTiles][kNTiles][4]` of 16x8 MMA tiles:
+// elements 0,1 of a fragment belong to one row and 2,3 to the row 8 below (see ptx.cuh),
+// so a thread owns 2 rows per m-tile and the 4 lanes of a quad share each row.
+// The softmax scale is folded into the exponent: p = 2^(s * scale_log2 - max * scale_log2),
+// one FFMA and one MUFU.EX2 per element.
+#pragma once
+
+#include "fa4/common/ptx.cuh"
+
+namespace fa4 {
+
+template <int kMTiles, int kNTiles>
+struct OnlineSoftmax {
+    static constexpr int kRows = 2 * kMTiles;
+
+    float row_max[kRows];  // running max of raw scores; -inf while a row has seen nothing
+    float row_sum[kRows];  // this lane's share of the running sum, reduced in finalize()
+
+    __device__ __forceinline__ void init() {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            row_max[r] = neg_inf();
+            row_sum[r] = 0.f;
+        }
+    }
+
+    // Turns the scores of one key block into unnormalised probabilities, in place, and
+    // returns per row the factor by which the output accumulated so far must be scaled.
+    __device__ __forceinline__ void update(float (&s)[kMTiles][kNTiles][4], float scale_log2,
+                                           float (&o_scale)[kRows]) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = mt * 2 + h;
+                float mx = row_max[r];
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt) {
+                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                }
+                mx = quad_max(mx);
+                // A row that has seen only masked keys keeps max = -inf; offset by 0 then,
+                // so every p is exp2(-inf) = 0 instead of NaN from (-inf) - (-inf).
+                const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
+                o_scale[r] = exp2_approx(row_max[r] * scale_log2 - offset);
+                row_max[r] = mx;
+                float sum = 0.f;
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        const float p = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -offset));
+                        s[mt][nt][e] = p;
+                        sum += p;
+                    }
+                }
+                row_sum[r] = row_sum[r] * o_scale[r] + sum;
+            }
+        }
+    }
+
+    // Per row: the factor that normalises the output (0 for a row that saw no key) and the
+    // log-sum-exp of its scaled scores in natural log (-inf for a row that saw no key).
+    __device__ __forceinline__ void finalize(float scale_log2, float (&o_scale)[kRows],
+                                             float (&lse)[kRows]) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const float sum = quad_sum(row_sum[r]);
+            const bool seen = sum > 0.f;
+            o_scale[r] = seen ? 1.f / sum : 0.f;
+            lse[r] = seen ? (row_max[r] * scale_log2 + log2f(sum)) * kLn2 : neg_inf();
+        }
+    }
+};
+
+}  // namespace fa4

@@ -1,0 +1,56 @@
+// Tile geometry of the portable (mma.sync) forward kernel, derived from the rendered
+// config. The Rust config space (src/space/portable.rs) prunes with the same arithmetic;
+// the static_asserts here are the backstop.
+#pragma once
+
+#include "fa4/common/mask.cuh"
+#include "fa4/common/types.cuh"
+
+namespace fa4 {
+namespace portable {
+
+template <class Config>
+struct Traits {
+    using Element = typename Config::Element;
+    static constexpr bool kIsBf16 = Element::kIsBf16;
+    static constexpr MaskKind kMask = Config::kMask;
+
+    static constexpr int kHeadDim = Config::kHeadDim;    // Q/K
+    static constexpr int kHeadDimV = Config::kHeadDimV;  // V/O
+    static constexpr int kBlockM = Config::kBlockM;      // query rows per block
+    static constexpr int kBlockN = Config::kBlockN;      // key rows per iteration
+    static constexpr int kWarps = Config::kWarps;
+    static constexpr int kStages = Config::kStages;
+    static constexpr bool kQInRegs = Config::kQInRegs;   // Q fragments loaded once
+
+    static constexpr int kThreads = kWarps * 32;
+    static constexpr int kRowsPerWarp = kBlockM / kWarps;
+    static constexpr int kMTiles = kRowsPerWarp / 16;  // 16-row MMA tiles per warp
+    static constexpr int kNTiles = kBlockN / 8;        // 8-column tiles of S per warp
+    static constexpr int kOTiles = kHeadDimV / 8;      // 8-column tiles of O per warp
+    static constexpr int kQkSteps = kHeadDim / 16;     // k-steps of S = Q K^T
+    static constexpr int kPvSteps = kBlockN / 16;      // k-steps of O += P V
+
+    // Shared memory, in 16-bit elements. Every row is padded by 16 bytes: the row pitch is
+    // then an odd number of 16-byte units, so the 8 row addresses of one ldmatrix land in
+    // 8 different bank groups and no access conflicts.
+    static constexpr int kPad = 8;
+    static constexpr int kPitchQK = kHeadDim + kPad;
+    static constexpr int kPitchV = kHeadDimV + kPad;
+    static constexpr int kSmemQ = kBlockM * kPitchQK;
+    static constexpr int kSmemO = kBlockM * kPitchV;  // the epilogue stages O where Q was
+    static constexpr int kSmemQO = kSmemQ > kSmemO ? kSmemQ : kSmemO;
+    static constexpr int kSmemK = kBlockN * kPitchQK;  // one stage
+    static constexpr int kSmemV = kBlockN * kPitchV;   // one stage
+    static constexpr int kSmemBytes = (kSmemQO + kStages * (kSmemK + kSmemV)) * 2;
+
+    static_assert(kWarps >= 1 && kWarps <= 16, "1 to 16 warps");
+    static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row MMA tiles");
+    static_assert(kBlockN % 16 == 0, "block_n is a multiple of 16 (one PV k-step)");
+    static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims are multiples of 16");
+    static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
+    static_assert(((kPitchQK / 8) & 1) && ((kPitchV / 8) & 1), "odd pitch in 16-byte units");
+};
+
+}  // namespace portable
+}  // namespace fa4

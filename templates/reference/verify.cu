@@ -1,0 +1,234 @@
+// The checking kernels of `fa4-gen verify`: random inputs, a plain f32 reference
+// attention, and the comparison of a kernel's output with it.
+//
+// Deliberately simple and separate from the kernels under test: one thread block per
+// query row, scores in shared memory, f32 throughout, no tiling, no online softmax.
+// Only the argument block (FwdParams) is shared, so both read the same tensors.
+#include "fa4/common/params.cuh"
+
+using fa4::i64;
+using fa4::u16;
+using fa4::u32;
+using fa4::u64;
+
+namespace {
+
+__device__ __forceinline__ u64 mix64(u64 x) {  // splitmix64's finaliser
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+__device__ __forceinline__ float to_f32(u16 bits, int is_bf16) {
+    if (is_bf16) return __uint_as_float(u32(bits) << 16);
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(bits));
+    return r;
+}
+
+__device__ __forceinline__ u16 from_f32(float x, int is_bf16) {
+    u16 r;
+    if (is_bf16) {
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    } else {
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
+    }
+    return r;
+}
+
+__device__ __forceinline__ u64 global_thread() { return u64(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 grid_threads() { return u64(gridDim.x) * blockDim.x; }
+
+// Reductions over the whole block; `scratch` holds 32 floats. Every thread gets the result.
+__device__ float block_max(float v, float* scratch) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = threadIdx.x % 32 < blockDim.x / 32 ? scratch[threadIdx.x % 32] : fa4::neg_inf();
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ float block_sum(float v, float* scratch) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = threadIdx.x % 32 < blockDim.x / 32 ? scratch[threadIdx.x % 32] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+}  // namespace
+
+// ---- inputs ------------------------------------------------------------------------------
+
+// Standard normal samples (Box-Muller on a counter-based hash), rounded to the dtype.
+extern "C" __global__ void fill_normal(u16* out, u64 n, u64 seed, int is_bf16) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) {
+        const u64 h = mix64(seed ^ mix64(i + 0x9e3779b97f4a7c15ull));
+        const float u1 = float((h >> 40) + 1) * (1.0f / 16777217.0f);  // (0, 1]
+        const float u2 = float((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+        const float z = sqrtf(-2.f * logf(u1)) * cosf(6.28318530718f * u2);
+        out[i] = from_f32(z, is_bf16);
+    }
+}
+
+// The output buffer before a run: `poison` (a NaN) wherever the kernel must write and
+// `guard` everywhere else, so both unwritten cells and stray writes show.
+// Layout: rows of `row_stride` elements, the first `row_elems` of each row logical,
+// `rows` rows in all; the allocation may run past them (a tail guard).
+extern "C" __global__ void fill_output_pattern(u16* out, u64 alloc, u64 rows, u64 row_stride, u64 row_elems,
+                                               u32 poison, u32 guard) {
+    for (u64 i = global_thread(); i < alloc; i += grid_threads()) {
+        const bool logical = i / row_stride < rows && i % row_stride < row_elems;
+        out[i] = u16(logical ? poison : guard);
+    }
+}
+
+extern "C" __global__ void fill_u32(u32* out, u64 n, u64 n_logical, u32 poison, u32 guard) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) out[i] = i < n_logical ? poison : guard;
+}
+
+// ---- reference ---------------------------------------------------------------------------
+
+// One block per (query row, head, batch). Dynamic shared memory: 32 + head_dim + seqlen_k
+// floats. Writes O in f32 as [batch, seqlen_q, heads_q, head_dim_v] and LSE as
+// [batch, heads_q, seqlen_q].
+extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdParams p, int is_bf16, int causal,
+                                               int head_dim, int head_dim_v, float* o_ref, float* lse_ref) {
+    const int row = blockIdx.x;
+    const int head = blockIdx.y;
+    const int b = blockIdx.z;
+    const int kv_head = head / (p.heads_q / p.heads_kv);
+    extern __shared__ float smem[];
+    float* scratch = smem;
+    float* q = smem + 32;
+    float* score = q + head_dim;
+
+    const u16* qg = static_cast<const u16*>(p.q) + b * p.q_batch_stride + i64(row) * p.q_row_stride +
+                    head * p.q_head_stride;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q[d] = to_f32(qg[d], is_bf16);
+    __syncthreads();
+
+    int col_end = p.seqlen_k;
+    if (causal) col_end = min(p.seqlen_k, max(0, row + 1 + p.seqlen_k - p.seqlen_q));
+
+    const u16* kg = static_cast<const u16*>(p.k) + b * p.k_batch_stride + kv_head * p.k_head_stride;
+    float mx = fa4::neg_inf();
+    for (int j = threadIdx.x; j < col_end; j += blockDim.x) {
+        const u16* kr = kg + i64(j) * p.k_row_stride;
+        float dot = 0.f;
+        for (int d = 0; d < head_dim; ++d) dot += q[d] * to_f32(kr[d], is_bf16);
+        score[j] = dot * p.softmax_scale;
+        mx = fmaxf(mx, score[j]);
+    }
+    mx = block_max(mx, scratch);
+    float sum = 0.f;
+    for (int j = threadIdx.x; j < col_end; j += blockDim.x) {
+        const float e = expf(score[j] - mx);
+        score[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, scratch);  // also makes every score visible to every thread
+
+    const u16* vg = static_cast<const u16*>(p.v) + b * p.v_batch_stride + kv_head * p.v_head_stride;
+    float* o = o_ref + ((i64(b) * p.seqlen_q + row) * p.heads_q + head) * head_dim_v;
+    for (int d = threadIdx.x; d < head_dim_v; d += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < col_end; ++j) acc += score[j] * to_f32(vg[i64(j) * p.v_row_stride + d], is_bf16);
+        o[d] = col_end > 0 ? acc / sum : 0.f;
+    }
+    if (threadIdx.x == 0) {
+        lse_ref[(i64(b) * p.heads_q + head) * p.seqlen_q + row] = col_end > 0 ? mx + logf(sum) : fa4::neg_inf();
+    }
+}
+
+// ---- comparison --------------------------------------------------------------------------
+// sums:   [0] sum (o - ref)^2   [1] sum ref^2
+// counts: [0] NaN in O (unwritten or computed)   [1] guard cells of O changed
+//         [2] NaN in LSE                          [3] LSE -inf where the reference is finite or back
+//         [4] guard cells of LSE changed
+// maxima (f32 bits of non-negative values): [0] max |o - ref|   [1] max |lse - ref|
+
+// O laid out as fill_output_pattern describes, with o_head_stride = head_dim_v and
+// o_batch_stride = seqlen_q * o_row_stride.
+extern "C" __global__ void compare_output(const __grid_constant__ fa4::FwdParams p, int is_bf16, int head_dim_v,
+                                          const float* o_ref, u64 alloc, u32 guard, double* sums, u64* counts,
+                                          u32* maxima) {
+    const u16* o = static_cast<const u16*>(p.o);
+    const u64 row_stride = u64(p.o_row_stride);
+    const u64 rows = u64(p.batch) * p.seqlen_q;
+    const u64 row_elems = u64(p.heads_q) * head_dim_v;
+    double diff_sq = 0.0, ref_sq = 0.0;
+    u64 nan = 0, guard_bad = 0;
+    float max_diff = 0.f;
+    for (u64 i = global_thread(); i < alloc; i += grid_threads()) {
+        const u64 r = i / row_stride, c = i % row_stride;
+        if (r < rows && c < row_elems) {
+            const float ours = to_f32(o[i], is_bf16);
+            const float ref = o_ref[r * row_elems + c];
+            if (isnan(ours)) {
+                ++nan;
+            } else {
+                const float d = ours - ref;
+                diff_sq += double(d) * d;
+                ref_sq += double(ref) * ref;
+                max_diff = fmaxf(max_diff, fabsf(d));
+            }
+        } else if (o[i] != u16(guard)) {
+            ++guard_bad;
+        }
+    }
+    for (int s = 16; s > 0; s >>= 1) {
+        diff_sq += __shfl_xor_sync(0xffffffffu, diff_sq, s);
+        ref_sq += __shfl_xor_sync(0xffffffffu, ref_sq, s);
+        nan += __shfl_xor_sync(0xffffffffu, nan, s);
+        guard_bad += __shfl_xor_sync(0xffffffffu, guard_bad, s);
+        max_diff = fmaxf(max_diff, __shfl_xor_sync(0xffffffffu, max_diff, s));
+    }
+    if (threadIdx.x % 32 == 0) {
+        atomicAdd(&sums[0], diff_sq);
+        atomicAdd(&sums[1], ref_sq);
+        atomicAdd(&counts[0], nan);
+        atomicAdd(&counts[1], guard_bad);
+        atomicMax(&maxima[0], __float_as_uint(max_diff));
+    }
+}
+
+extern "C" __global__ void compare_lse(const float* lse, const float* lse_ref, u64 n, u64 alloc, u32 guard,
+                                       u64* counts, u32* maxima) {
+    u64 nan = 0, inf_mismatch = 0, guard_bad = 0;
+    float max_diff = 0.f;
+    for (u64 i = global_thread(); i < alloc; i += grid_threads()) {
+        const float ours = lse[i];
+        if (i >= n) {
+            guard_bad += __float_as_uint(ours) != guard;
+            continue;
+        }
+        const float ref = lse_ref[i];
+        if (isnan(ours)) {
+            ++nan;
+        } else if (isinf(ours) || isinf(ref)) {
+            inf_mismatch += ours != ref;
+        } else {
+            max_diff = fmaxf(max_diff, fabsf(ours - ref));
+        }
+    }
+    for (int s = 16; s > 0; s >>= 1) {
+        nan += __shfl_xor_sync(0xffffffffu, nan, s);
+        inf_mismatch += __shfl_xor_sync(0xffffffffu, inf_mismatch, s);
+        guard_bad += __shfl_xor_sync(0xffffffffu, guard_bad, s);
+        max_diff = fmaxf(max_diff, __shfl_xor_sync(0xffffffffu, max_diff, s));
+    }
+    if (threadIdx.x % 32 == 0) {
+        atomicAdd(&counts[2], nan);
+        atomicAdd(&counts[3], inf_mismatch);
+        atomicAdd(&counts[4], guard_bad);
+        atomicMax(&maxima[1], __float_as_uint(max_diff));
+    }
+}
