@@ -1,0 +1,739 @@
+//! The command line: argument parsing (clap), turning arguments into validated
+//! selections, and printing. The work itself is done by the library modules.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::str::FromStr;
+
+use clap::{Args, Parser, Subcommand};
+use fa4_spec::{fnv1a64, Arch, Dtype, KernelSpec, MaskKind, ParseError};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::compile::{self, BuildDir, BuildSummary, BuiltKernel, Nvrtc, Outcome, Reporter};
+use crate::gpu::{FwdKernel, Gpu};
+use crate::render::Renderer;
+use crate::space::{self, Candidate, Planned, RejectKind, Selection, Template};
+use crate::verify;
+
+/// Ahead-of-time generator, compiler and autotuner for FlashAttention-style prefill kernels.
+#[derive(Debug, Parser)]
+#[command(name = "fa4-gen", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Print only results and errors (no progress bars).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the config space: specs, candidate configs and what static pruning keeps.
+    List(ListArgs),
+    /// Render kernel sources (no compiler needed).
+    Render(RenderArgs),
+    /// Render and compile kernels with NVRTC: cubins plus a resource report.
+    Compile(CompileArgs),
+    /// Run kernels on the GPU and check them against an f32 reference.
+    Verify(VerifyArgs),
+}
+
+/// Which kernel specs to work on; every list is comma separated.
+#[derive(Debug, Clone, Args)]
+pub struct SpecArgs {
+    /// GPU architectures: sm80, sm86, sm89, sm90, sm100, sm120.
+    #[arg(long, value_delimiter = ',')]
+    pub arch: Vec<String>,
+    /// Head dims of Q and K [default: every head dim offered].
+    #[arg(long = "head-dim", value_delimiter = ',')]
+    pub head_dim: Vec<String>,
+    /// Element types: bf16, fp16 [default: both].
+    #[arg(long, value_delimiter = ',')]
+    pub dtype: Vec<String>,
+    /// Masks: none, causal [default: both].
+    #[arg(long, value_delimiter = ',')]
+    pub mask: Vec<String>,
+    /// Templates [default: every template that supports the arch].
+    #[arg(long, value_delimiter = ',')]
+    pub template: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// List every candidate config with its verdict, not one line per spec.
+    #[arg(long)]
+    pub configs: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Build folder: sources go to <out>/src/<arch>/<id>.cu.
+    #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
+    pub out: PathBuf,
+    /// Only each spec's heuristic default config.
+    #[arg(long)]
+    pub default_only: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Build folder for sources, cubins and the report.
+    #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
+    pub out: PathBuf,
+    /// Only each spec's heuristic default config.
+    #[arg(long)]
+    pub default_only: bool,
+    /// Parallel NVRTC compilations [default: one per core].
+    #[arg(short, long)]
+    pub jobs: Option<usize>,
+    /// Print one line per kernel.
+    #[arg(short, long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Build folder to take cubins from (kernels missing there are compiled into it).
+    #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
+    pub build_dir: PathBuf,
+    /// Check every compiled config, not only each spec's default.
+    #[arg(long)]
+    pub all_configs: bool,
+    /// Only these cases (names as printed), comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub cases: Vec<String>,
+    /// Seed of the random inputs [default: from the clock; printed for replay].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// A failure of a command, with its exit status.
+#[derive(Debug)]
+pub enum CliError {
+    /// The arguments ask for something fa4-gen does not offer (exit 2).
+    Usage(String),
+    /// The work failed (exit 1).
+    Failed(String),
+}
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError::Failed(e.to_string())
+    }
+}
+
+type CliResult = Result<(), CliError>;
+
+/// Runs a parsed command line; prints errors as one `error:` line.
+pub fn run(cli: Cli) -> ExitCode {
+    let quiet = cli.quiet;
+    let result = match cli.command {
+        Command::List(a) => list(a),
+        Command::Render(a) => render(a, quiet),
+        Command::Compile(a) => compile_cmd(a, quiet),
+        Command::Verify(a) => verify_cmd(a, quiet),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Usage(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Failed(msg)) => {
+            eprintln!("error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+// ---- arguments -> selections -------------------------------------------------------------
+
+fn parse_list<T: FromStr<Err = ParseError>>(values: &[String]) -> Result<Vec<T>, CliError> {
+    values
+        .iter()
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| v.parse::<T>().map_err(|e| CliError::Usage(e.to_string())))
+        .collect()
+}
+
+impl SpecArgs {
+    /// The selection these arguments name; `default_archs` when --arch is absent.
+    fn selection(&self, default_archs: &[Arch]) -> Result<Selection, CliError> {
+        let mut archs: Vec<Arch> = parse_list(&self.arch)?;
+        if archs.is_empty() {
+            archs = default_archs.to_vec();
+        }
+        let mut sel = Selection::all(archs);
+        let dtypes: Vec<Dtype> = parse_list(&self.dtype)?;
+        if !dtypes.is_empty() {
+            sel.dtypes = dtypes;
+        }
+        let masks: Vec<MaskKind> = parse_list(&self.mask)?;
+        if !masks.is_empty() {
+            sel.masks = masks;
+        }
+        let templates: Vec<Template> = parse_list(&self.template)?;
+        if !templates.is_empty() {
+            sel.templates = templates;
+        }
+        sel.head_dims = self
+            .head_dim
+            .iter()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| {
+                v.trim().parse::<u32>().map_err(|_| {
+                    CliError::Usage(format!(
+                        "head dim `{v}` is not a number: pass e.g. --head-dim 64,128"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(sel)
+    }
+
+    fn specs(&self, default_archs: &[Arch]) -> Result<Vec<(Template, KernelSpec)>, CliError> {
+        self.selection(default_archs)?
+            .specs()
+            .map_err(|e| CliError::Usage(e.to_string()))
+    }
+}
+
+fn plan_all(specs: &[(Template, KernelSpec)], default_only: bool) -> Vec<Planned> {
+    specs
+        .iter()
+        .flat_map(|(t, s)| space::plan(*t, s))
+        .filter(|p| !default_only || p.is_default)
+        .collect()
+}
+
+fn untested_note(archs: impl IntoIterator<Item = Arch>) -> Option<String> {
+    let mut untested: Vec<Arch> = archs
+        .into_iter()
+        .filter(|a| !a.verified_on_hardware())
+        .collect();
+    untested.sort_unstable();
+    untested.dedup();
+    (!untested.is_empty()).then(|| {
+        let names: Vec<&str> = untested.iter().map(|a| a.name()).collect();
+        format!(
+            "note: {} kernels are compile-checked only: no such GPU is available to run or time them",
+            names.join(", ")
+        )
+    })
+}
+
+// ---- list ----------------------------------------------------------------------------------
+
+fn list(a: ListArgs) -> CliResult {
+    let specs = a.spec.specs(&Arch::ALL)?;
+    let planned = plan_all(&specs, false);
+    if a.json {
+        let rows: Vec<serde_json::Value> = planned
+            .iter()
+            .map(|p| {
+                let verdict = match &p.verdict {
+                    Ok(fp) => serde_json::json!({ "ok": fp }),
+                    Err(r) => serde_json::json!({ "rejected": r }),
+                };
+                serde_json::json!({
+                    "template": p.candidate.template,
+                    "spec": p.candidate.spec,
+                    "config": p.candidate.config,
+                    "is_default": p.is_default,
+                    "verdict": verdict,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("serialises")
+        );
+        return Ok(());
+    }
+    if a.configs {
+        println!(
+            "{:<9} {:<26} {:<22} {:>8} {:>5}  verdict",
+            "template", "spec", "config", "smem", "regs~"
+        );
+        for p in &planned {
+            let (smem, regs, verdict) = match &p.verdict {
+                Ok(fp) => (
+                    format!("{}K", fp.smem_bytes.div_ceil(1024)),
+                    fp.est_registers.to_string(),
+                    if p.is_default {
+                        "default".to_string()
+                    } else {
+                        "ok".to_string()
+                    },
+                ),
+                Err(r) => ("-".into(), "-".into(), format!("pruned: {}", r.reason)),
+            };
+            println!(
+                "{:<9} {:<26} {:<22} {:>8} {:>5}  {verdict}",
+                p.candidate.template.name(),
+                p.candidate.spec.tag(),
+                p.candidate.config.tag(),
+                smem,
+                regs
+            );
+        }
+    } else {
+        println!(
+            "{:<9} {:<6} {:<5} {:>4} {:<7} {:>5} {:>5}  {:<22} {:>6} {:>5}",
+            "template",
+            "arch",
+            "dtype",
+            "hdim",
+            "mask",
+            "cands",
+            "kept",
+            "default config",
+            "smem",
+            "regs~"
+        );
+        for (t, s) in &specs {
+            let plan = space::plan(*t, s);
+            let kept = plan.iter().filter(|p| p.verdict.is_ok()).count();
+            let default = plan
+                .iter()
+                .find(|p| p.is_default)
+                .expect("default in space");
+            let fp = default
+                .verdict
+                .as_ref()
+                .expect("default passes the static check");
+            println!(
+                "{:<9} {:<6} {:<5} {:>4} {:<7} {:>5} {:>5}  {:<22} {:>5}K {:>5}",
+                t.name(),
+                s.arch.name(),
+                s.dtype.name(),
+                s.head_dim,
+                s.mask.name(),
+                plan.len(),
+                kept,
+                default.candidate.config.tag(),
+                fp.smem_bytes.div_ceil(1024),
+                fp.est_registers
+            );
+        }
+    }
+    if let Some(note) = untested_note(specs.iter().map(|(_, s)| s.arch)) {
+        println!("{note}");
+    }
+    Ok(())
+}
+
+// ---- render --------------------------------------------------------------------------------
+
+fn render(a: RenderArgs, quiet: bool) -> CliResult {
+    let specs = a.spec.specs(&Arch::ALL)?;
+    let planned = plan_all(&specs, a.default_only);
+    let renderer = Renderer::embedded()?;
+    let dir = BuildDir::new(&a.out);
+    crate::fsutil::ensure_writable_dir(dir.root())?;
+    for (name, text) in renderer.templates().headers() {
+        crate::fsutil::write_if_changed(&dir.path(&format!("include/{name}")), text.as_bytes())?;
+    }
+    let mut rendered = 0;
+    for p in &planned {
+        let Ok(fp) = &p.verdict else { continue };
+        let k = renderer.render(&p.candidate, fp)?;
+        crate::fsutil::write_if_changed(
+            &dir.path(&BuildDir::source_rel(p.candidate.spec.arch, &k.id)),
+            k.source.as_bytes(),
+        )?;
+        rendered += 1;
+    }
+    if !quiet {
+        println!(
+            "rendered {rendered} kernels into {} ({} pruned before rendering)",
+            dir.path("src").display(),
+            planned.len() - rendered
+        );
+    }
+    Ok(())
+}
+
+// ---- compile -------------------------------------------------------------------------------
+
+struct BarReporter(ProgressBar);
+
+impl BarReporter {
+    fn new(quiet: bool) -> Self {
+        let bar = if quiet {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(0)
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} compiling {pos}/{len} [{elapsed_precise} eta {eta}] {msg}",
+            )
+            .expect("valid template"),
+        );
+        BarReporter(bar)
+    }
+}
+
+impl Reporter for BarReporter {
+    fn start(&self, to_compile: usize) {
+        self.0.set_length(to_compile as u64);
+    }
+    fn finished(&self, outcome: &Outcome) {
+        self.0.inc(1);
+        if let Outcome::Rejected(r) = outcome {
+            self.0
+                .set_message(format!("last rejected: {}", r.candidate.config.tag()));
+        }
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn load_nvrtc(quiet: bool) -> Result<Nvrtc, CliError> {
+    let nvrtc = Nvrtc::load()?;
+    if nvrtc.version() != (13, 0) && !quiet {
+        eprintln!(
+            "warning: NVRTC {} from {}: cubins meant to ship are built with 13.0.x (the GPU hosts run CUDA 13.0)",
+            nvrtc.version_string(),
+            nvrtc.path()
+        );
+    }
+    Ok(nvrtc)
+}
+
+fn compile_cmd(a: CompileArgs, quiet: bool) -> CliResult {
+    if a.spec.arch.is_empty() {
+        return Err(CliError::Usage(
+            "compile needs --arch (one or more of sm80, sm86, sm89, sm90, sm100, sm120)".into(),
+        ));
+    }
+    let specs = a.spec.specs(&[])?;
+    let planned = plan_all(&specs, a.default_only);
+    let renderer = Renderer::embedded()?;
+    let dir = BuildDir::new(&a.out);
+    crate::fsutil::ensure_writable_dir(dir.root())?;
+    let nvrtc = load_nvrtc(quiet)?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let reporter = BarReporter::new(quiet);
+    let summary = pool.install(|| compile::build(&nvrtc, &renderer, &dir, &planned, &reporter))?;
+    let mut archs: Vec<Arch> = specs.iter().map(|(_, s)| s.arch).collect();
+    archs.dedup();
+    for arch in &archs {
+        verify::build_support(&nvrtc, renderer.templates(), &dir, *arch)
+            .map_err(CliError::Failed)?;
+    }
+    print_build_summary(&summary, &dir, a.verbose, quiet, jobs, &nvrtc);
+    if let Some(note) = untested_note(archs) {
+        if !quiet {
+            println!("{note}");
+        }
+    }
+    check_build(&summary)
+}
+
+fn print_build_summary(
+    s: &BuildSummary,
+    dir: &BuildDir,
+    verbose: bool,
+    quiet: bool,
+    jobs: usize,
+    nvrtc: &Nvrtc,
+) {
+    if quiet {
+        return;
+    }
+    if verbose {
+        for o in &s.outcomes {
+            match o {
+                Outcome::Built { kernel, reused } => println!(
+                    "built    {:<70} {:>3} regs {:>4}K smem{}",
+                    kernel.id.0,
+                    kernel.resources.registers,
+                    kernel.footprint.smem_bytes.div_ceil(1024),
+                    if *reused { " (cached)" } else { "" }
+                ),
+                Outcome::Rejected(r) => println!("rejected {:<70} {}", r.id.0, r.rejection.reason),
+            }
+        }
+    }
+    // One line per spec: counts, and the default's resources.
+    let mut per_spec: BTreeMap<(Template, KernelSpec), (usize, usize, Option<&BuiltKernel>)> =
+        BTreeMap::new();
+    for o in &s.outcomes {
+        let c = o.candidate();
+        let e = per_spec.entry((c.template, c.spec)).or_default();
+        match o {
+            Outcome::Built { kernel, .. } => {
+                e.0 += 1;
+                if kernel.is_default {
+                    e.2 = Some(kernel);
+                }
+            }
+            Outcome::Rejected(_) => e.1 += 1,
+        }
+    }
+    println!(
+        "{:<9} {:<26} {:>5} {:>8}  default (regs, smem)",
+        "template", "spec", "built", "rejected"
+    );
+    for ((t, spec), (built, rejected, default)) in &per_spec {
+        let d = default.map_or("-".to_string(), |k| {
+            format!(
+                "{} ({} regs, {}K)",
+                k.candidate.config.tag(),
+                k.resources.registers,
+                k.footprint.smem_bytes.div_ceil(1024)
+            )
+        });
+        println!(
+            "{:<9} {:<26} {:>5} {:>8}  {d}",
+            t.name(),
+            spec.tag(),
+            built,
+            rejected
+        );
+    }
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in s.rejected() {
+        *reasons
+            .entry(match r.rejection.kind {
+                RejectKind::Shape => "shape",
+                RejectKind::SharedMemory => "shared memory",
+                RejectKind::Registers => "register estimate",
+                RejectKind::Spills => "spills",
+                RejectKind::Compile => "compile error",
+            })
+            .or_default() += 1;
+    }
+    let reasons: Vec<String> = reasons.iter().map(|(k, v)| format!("{v} {k}")).collect();
+    let built = s.built().count();
+    let reused = s
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o, Outcome::Built { reused: true, .. }))
+        .count();
+    println!(
+        "{built} kernels ready ({reused} cached), {} rejected ({}); compiled {} in {:.1} s, {:.2} kernels/s per job ({jobs} jobs), NVRTC {} from {}",
+        s.rejected().count(),
+        if reasons.is_empty() { "none".to_string() } else { reasons.join(", ") },
+        s.compiled,
+        s.wall_seconds,
+        if s.wall_seconds > 0.0 { s.compiled as f64 / s.wall_seconds / jobs as f64 } else { 0.0 },
+        s.nvrtc_version,
+        nvrtc.path(),
+    );
+    println!("cubins and report under {}", dir.root().display());
+}
+
+/// A build fails when NVRTC refused a source or a spec's default did not survive: both
+/// are bugs in a template or the config space, never a tuning outcome.
+fn check_build(s: &BuildSummary) -> CliResult {
+    for (path, failure) in &s.failures {
+        eprintln!(
+            "error: NVRTC could not compile {}:\n{}",
+            path.display(),
+            failure.log.trim_end()
+        );
+    }
+    let bad_defaults: Vec<String> = s
+        .rejected()
+        .filter(|r| r.is_default)
+        .map(|r| format!("{} ({})", r.id, r.rejection.reason))
+        .collect();
+    if !s.failures.is_empty() {
+        return Err(CliError::Failed(format!(
+            "{} kernels failed to compile (logs above)",
+            s.failures.len()
+        )));
+    }
+    if !bad_defaults.is_empty() {
+        return Err(CliError::Failed(format!(
+            "heuristic default configs were rejected: {}",
+            bad_defaults.join("; ")
+        )));
+    }
+    Ok(())
+}
+
+// ---- verify --------------------------------------------------------------------------------
+
+fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
+    // Validate the selection before touching the GPU, so a typo fails fast anywhere.
+    let requested: Vec<Arch> = parse_list(&a.spec.arch)?;
+    let _ = a.spec.specs(&Arch::ALL)?;
+    let gpu = Gpu::open(a.device)?;
+    let Some(arch) = gpu.info.arch else {
+        let (ma, mi) = gpu.info.compute_capability;
+        return Err(CliError::Failed(format!(
+            "{} (compute capability {ma}.{mi}) is not a GPU fa4-gen has kernels for (sm80 and newer)",
+            gpu.info.name
+        )));
+    };
+    if let Some(other) = requested.iter().find(|r| **r != arch) {
+        return Err(CliError::Usage(format!(
+            "--arch {other} kernels cannot run on the visible GPU, {} ({arch}): verify checks kernels for the GPU it runs on",
+            gpu.info.name
+        )));
+    }
+    let specs = a.spec.specs(&[arch])?;
+    let cases: Vec<verify::Case> = verify::standard_cases()
+        .into_iter()
+        .filter(|c| a.cases.is_empty() || a.cases.contains(&c.name))
+        .collect();
+    if cases.is_empty() {
+        let names: Vec<String> = verify::standard_cases()
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        return Err(CliError::Usage(format!(
+            "no case matches --cases; cases are {}",
+            names.join(", ")
+        )));
+    }
+
+    // The kernels: from the build folder, compiling what is missing.
+    let renderer = Renderer::embedded()?;
+    let dir = BuildDir::new(&a.build_dir);
+    let planned: Vec<Planned> = plan_all(&specs, !a.all_configs)
+        .into_iter()
+        .filter(|p| p.verdict.is_ok())
+        .collect();
+    let mut kernels = ready_kernels(&renderer, &dir, arch, &planned)?;
+    let mut support = dir.path(&verify::support_cubin_rel(renderer.templates(), arch));
+    if kernels.len() < planned.len() || !support.is_file() {
+        let nvrtc = load_nvrtc(quiet).map_err(|e| match e {
+            CliError::Failed(m) | CliError::Usage(m) => CliError::Failed(format!(
+                "{} kernels are not built in {} and NVRTC cannot build them: {m}",
+                planned.len() - kernels.len(),
+                dir.root().display()
+            )),
+        })?;
+        let summary = compile::build(&nvrtc, &renderer, &dir, &planned, &BarReporter::new(quiet))?;
+        check_build(&summary)?;
+        support = verify::build_support(&nvrtc, renderer.templates(), &dir, arch)
+            .map_err(CliError::Failed)?;
+        kernels = ready_kernels(&renderer, &dir, arch, &planned)?;
+    }
+    let support = verify::Support::load(&gpu, &std::fs::read(&support)?)?;
+
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    println!(
+        "verify on {} ({arch}, {} SMs, driver CUDA {}), {} kernels x {} cases, seed {seed}",
+        gpu.info.name,
+        gpu.info.sm_count,
+        gpu.info.driver,
+        kernels.len(),
+        cases.len()
+    );
+    println!(
+        "{:<26} {:<18} {:<26} {:>9} {:>9} {:>8}  result",
+        "spec", "config", "case", "O rel L2", "LSE err", "TFLOP/s"
+    );
+    let mut results = Vec::new();
+    for (built, cubin) in &kernels {
+        let kernel = FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
+        for case in &cases {
+            let case_seed = fnv1a64(format!("{seed}/{}/{}", built.id, case.name).as_bytes());
+            let r = verify::run_case(&gpu, &support, &kernel, built, case, case_seed)?;
+            println!(
+                "{:<26} {:<18} {:<26} {:>9.2e} {:>9.1e} {:>8}  {}",
+                built.candidate.spec.tag(),
+                built.candidate.config.tag(),
+                case.name,
+                r.o_rel_l2,
+                r.lse_max_abs,
+                r.tflops.map_or("-".to_string(), |t| format!("{t:.1}")),
+                r.failure
+                    .as_deref()
+                    .map_or("ok".to_string(), |f| format!("FAIL: {f}"))
+            );
+            results.push(r);
+        }
+    }
+    let failed = results.iter().filter(|r| !r.passed).count();
+    let worst = |d: Dtype| {
+        results
+            .iter()
+            .filter(|r| r.spec.dtype == d)
+            .map(|r| r.o_rel_l2)
+            .fold(0.0f64, f64::max)
+    };
+    println!(
+        "{} of {} checks passed; worst O relative L2: bf16 {:.2e}, fp16 {:.2e} (bounds {:.0e}, {:.0e})",
+        results.len() - failed,
+        results.len(),
+        worst(Dtype::Bf16),
+        worst(Dtype::Fp16),
+        verify::o_tolerance(Dtype::Bf16),
+        verify::o_tolerance(Dtype::Fp16),
+    );
+    if let Some(path) = &a.json {
+        let report = verify::VerifyReport {
+            date: crate::timestamp::utc_now(),
+            commit: env!("FA4_GEN_COMMIT").to_string(),
+            device: gpu.info.clone(),
+            results,
+        };
+        verify::write_json(path, &report)?;
+    }
+    if failed > 0 {
+        return Err(CliError::Failed(format!("{failed} checks failed")));
+    }
+    Ok(())
+}
+
+/// Kernels of `planned` whose cubins are in the build folder and match its report.
+fn ready_kernels(
+    renderer: &Renderer,
+    dir: &BuildDir,
+    arch: Arch,
+    planned: &[Planned],
+) -> Result<Vec<(BuiltKernel, Vec<u8>)>, CliError> {
+    let Some(report) = dir.load_report(arch)? else {
+        return Ok(Vec::new());
+    };
+    let wanted: BTreeMap<String, &Candidate> = planned
+        .iter()
+        .map(|p| (renderer.kernel_id(&p.candidate).0, &p.candidate))
+        .collect();
+    let mut out = Vec::new();
+    for k in report.kernels {
+        if wanted.contains_key(&k.id.0) {
+            if let Ok(cubin) = dir.read_cubin(&k) {
+                out.push((k, cubin));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.candidate.cmp(&b.0.candidate));
+    Ok(out)
+}

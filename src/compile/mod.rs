@@ -1,0 +1,450 @@
+//! Compiling: rendered kernels become cubins, in parallel, each with its ptxas report.
+//!
+//! Output, under a build folder (`--out`, default `build/`):
+//!
+//! ```text
+//! include/fa4/...            the headers, so every rendered source compiles on its own
+//! src/<arch>/<id>.cu         rendered sources
+//! cubin/<arch>/<id>.cubin    cubins of the kernels that passed every check
+//! report/<arch>.json         every candidate: its resources, or why it was set aside
+//! ```
+//!
+//! Files are written atomically and the report last, so an interrupted build leaves no
+//! file that looks complete and is not. A kernel whose id, cubin and report entry are
+//! already there is not compiled again.
+
+pub mod nvrtc;
+pub mod resources;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use fa4_spec::{fnv1a64, Arch};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::{ensure_writable_dir, write_atomic, write_if_changed, WriteError};
+use crate::render::{KernelId, RenderError, Renderer, KERNEL_ENTRY};
+use crate::space::{Candidate, Footprint, Planned, RejectKind, Rejection};
+pub use nvrtc::{CompileFailure, Nvrtc, NvrtcError};
+pub use resources::Resources;
+
+/// Version of the report's JSON layout.
+const REPORT_FORMAT: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Write(#[from] WriteError),
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    #[error(transparent)]
+    Nvrtc(#[from] NvrtcError),
+    #[error("build report {path} is unreadable ({message}); delete it or choose another --out")]
+    CorruptReport { path: PathBuf, message: String },
+}
+
+/// A build folder and the paths inside it.
+#[derive(Debug, Clone)]
+pub struct BuildDir {
+    root: PathBuf,
+}
+
+impl BuildDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        BuildDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn source_rel(arch: Arch, id: &KernelId) -> String {
+        format!("src/{arch}/{id}.cu")
+    }
+
+    pub fn cubin_rel(arch: Arch, id: &KernelId) -> String {
+        format!("cubin/{arch}/{id}.cubin")
+    }
+
+    pub fn report_path(&self, arch: Arch) -> PathBuf {
+        self.root.join(format!("report/{arch}.json"))
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    /// The report of an arch; `None` when nothing was built for it yet.
+    pub fn load_report(&self, arch: Arch) -> Result<Option<Report>, BuildError> {
+        let path = self.report_path(arch);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(BuildError::CorruptReport {
+                    path,
+                    message: e.to_string(),
+                })
+            }
+        };
+        let report: Report =
+            serde_json::from_str(&text).map_err(|e| BuildError::CorruptReport {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        if report.format != REPORT_FORMAT || report.arch != arch {
+            return Err(BuildError::CorruptReport {
+                path,
+                message: format!(
+                    "format {} for {}, expected format {REPORT_FORMAT} for {arch}",
+                    report.format, report.arch
+                ),
+            });
+        }
+        Ok(Some(report))
+    }
+
+    /// Reads a built kernel's cubin and checks it is the one the report describes.
+    pub fn read_cubin(&self, k: &BuiltKernel) -> Result<Vec<u8>, String> {
+        let path = self.path(&k.cubin);
+        let bytes =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if format!("{:016x}", fnv1a64(&bytes)) != k.cubin_hash {
+            return Err(format!(
+                "{} does not match its build report (hash differs): rebuild with `fa4-gen compile`",
+                path.display()
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+/// Everything built for one arch.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Report {
+    pub format: u32,
+    pub arch: Arch,
+    pub fa4_gen_version: String,
+    pub kernels: Vec<BuiltKernel>,
+    pub rejected: Vec<RejectedKernel>,
+}
+
+/// A kernel that compiled and passed every check.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BuiltKernel {
+    pub id: KernelId,
+    #[serde(flatten)]
+    pub candidate: Candidate,
+    pub is_default: bool,
+    pub template_hash: String,
+    pub footprint: Footprint,
+    pub resources: Resources,
+    /// Paths relative to the build folder.
+    pub source: String,
+    pub cubin: String,
+    /// FNV-1a 64 of the cubin, hex.
+    pub cubin_hash: String,
+    pub nvrtc_version: String,
+    pub compile_ms: u64,
+}
+
+/// A candidate set aside, statically or after compiling, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RejectedKernel {
+    pub id: KernelId,
+    #[serde(flatten)]
+    pub candidate: Candidate,
+    pub is_default: bool,
+    pub template_hash: String,
+    #[serde(flatten)]
+    pub rejection: Rejection,
+}
+
+/// What became of one candidate.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Built { kernel: BuiltKernel, reused: bool },
+    Rejected(RejectedKernel),
+}
+
+impl Outcome {
+    pub fn candidate(&self) -> &Candidate {
+        match self {
+            Outcome::Built { kernel, .. } => &kernel.candidate,
+            Outcome::Rejected(r) => &r.candidate,
+        }
+    }
+}
+
+/// Progress callbacks; the CLI draws a progress bar with them.
+pub trait Reporter: Sync {
+    fn start(&self, _to_compile: usize) {}
+    fn finished(&self, _outcome: &Outcome) {}
+    fn finish(&self) {}
+}
+
+/// Reports nothing.
+pub struct Silent;
+impl Reporter for Silent {}
+
+/// The result of a build.
+#[derive(Debug)]
+pub struct BuildSummary {
+    pub outcomes: Vec<Outcome>,
+    /// Kernels NVRTC refused: a template bug, never a tuning decision.
+    pub failures: Vec<(PathBuf, CompileFailure)>,
+    pub compiled: usize,
+    pub wall_seconds: f64,
+    pub nvrtc_version: String,
+}
+
+impl BuildSummary {
+    pub fn built(&self) -> impl Iterator<Item = &BuiltKernel> {
+        self.outcomes.iter().filter_map(|o| match o {
+            Outcome::Built { kernel, .. } => Some(kernel),
+            _ => None,
+        })
+    }
+
+    pub fn rejected(&self) -> impl Iterator<Item = &RejectedKernel> {
+        self.outcomes.iter().filter_map(|o| match o {
+            Outcome::Rejected(r) => Some(r),
+            _ => None,
+        })
+    }
+}
+
+/// Renders, compiles and checks `planned`, writing everything under `dir`.
+pub fn build(
+    nvrtc: &Nvrtc,
+    renderer: &Renderer,
+    dir: &BuildDir,
+    planned: &[Planned],
+    reporter: &dyn Reporter,
+) -> Result<BuildSummary, BuildError> {
+    let started = Instant::now();
+    ensure_writable_dir(dir.root())?;
+    for (name, text) in renderer.templates().headers() {
+        write_if_changed(&dir.path(&format!("include/{name}")), text.as_bytes())?;
+    }
+
+    let mut reports: BTreeMap<Arch, Report> = BTreeMap::new();
+    for p in planned {
+        let arch = p.candidate.spec.arch;
+        if let std::collections::btree_map::Entry::Vacant(e) = reports.entry(arch) {
+            e.insert(dir.load_report(arch)?.unwrap_or_else(|| Report {
+                format: REPORT_FORMAT,
+                arch,
+                fa4_gen_version: env!("CARGO_PKG_VERSION").into(),
+                kernels: Vec::new(),
+                rejected: Vec::new(),
+            }));
+        }
+    }
+
+    // Static rejections and kernels already built need no compiler.
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; planned.len()];
+    let mut jobs = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        let id = renderer.kernel_id(&p.candidate);
+        match &p.verdict {
+            Err(rejection) => {
+                outcomes[i] = Some(Outcome::Rejected(RejectedKernel {
+                    id,
+                    candidate: p.candidate.clone(),
+                    is_default: p.is_default,
+                    template_hash: renderer.template_hash(p.candidate.template).to_string(),
+                    rejection: rejection.clone(),
+                }))
+            }
+            Ok(footprint) => {
+                let report = &reports[&p.candidate.spec.arch];
+                let existing = report.kernels.iter().find(|k| k.id == id);
+                match existing {
+                    Some(k) if dir.read_cubin(k).is_ok() => {
+                        outcomes[i] = Some(Outcome::Built {
+                            kernel: BuiltKernel {
+                                is_default: p.is_default,
+                                ..k.clone()
+                            },
+                            reused: true,
+                        })
+                    }
+                    _ => jobs.push((i, id, footprint)),
+                }
+            }
+        }
+    }
+
+    reporter.start(jobs.len());
+    let headers: Vec<(&str, &str)> = renderer.templates().headers().collect();
+    let nvrtc_version = nvrtc.version_string();
+    let compiled: Vec<(
+        usize,
+        Result<(Outcome, Option<(PathBuf, CompileFailure)>), BuildError>,
+    )> = jobs
+        .par_iter()
+        .map(|(i, id, footprint)| {
+            let result = compile_one(nvrtc, renderer, dir, &headers, &planned[*i], id, footprint);
+            if let Ok((outcome, _)) = &result {
+                reporter.finished(outcome);
+            }
+            (*i, result)
+        })
+        .collect();
+    reporter.finish();
+
+    let mut failures = Vec::new();
+    for (i, result) in compiled {
+        let (outcome, failure) = result?;
+        failures.extend(failure);
+        outcomes[i] = Some(outcome);
+    }
+    let outcomes: Vec<Outcome> = outcomes
+        .into_iter()
+        .map(|o| o.expect("every candidate decided"))
+        .collect();
+
+    for (arch, report) in reports.iter_mut() {
+        merge_into_report(
+            renderer,
+            dir,
+            report,
+            outcomes.iter().filter(|o| o.candidate().spec.arch == *arch),
+        );
+        write_atomic(
+            &dir.report_path(*arch),
+            (serde_json::to_string_pretty(report).expect("report serialises") + "\n").as_bytes(),
+        )?;
+    }
+
+    Ok(BuildSummary {
+        compiled: jobs.len(),
+        outcomes,
+        failures,
+        wall_seconds: started.elapsed().as_secs_f64(),
+        nvrtc_version,
+    })
+}
+
+fn compile_one(
+    nvrtc: &Nvrtc,
+    renderer: &Renderer,
+    dir: &BuildDir,
+    headers: &[(&str, &str)],
+    p: &Planned,
+    id: &KernelId,
+    footprint: &Footprint,
+) -> Result<(Outcome, Option<(PathBuf, CompileFailure)>), BuildError> {
+    let c = &p.candidate;
+    let arch = c.spec.arch;
+    let rendered = renderer.render(c, footprint)?;
+    let source_rel = BuildDir::source_rel(arch, id);
+    let source_path = dir.path(&source_rel);
+    write_if_changed(&source_path, rendered.source.as_bytes())?;
+    let cubin_rel = BuildDir::cubin_rel(arch, id);
+    let cubin_path = dir.path(&cubin_rel);
+
+    let started = Instant::now();
+    let result = nvrtc.compile(
+        &source_path.display().to_string(),
+        &rendered.source,
+        headers,
+        &rendered.options,
+    )?;
+    let compile_ms = started.elapsed().as_millis() as u64;
+    let reject = |kind, reason: String| {
+        let _ = std::fs::remove_file(&cubin_path);
+        Outcome::Rejected(RejectedKernel {
+            id: id.clone(),
+            candidate: c.clone(),
+            is_default: p.is_default,
+            template_hash: rendered.template_hash.clone(),
+            rejection: Rejection { kind, reason },
+        })
+    };
+    let output = match result {
+        Ok(output) => output,
+        Err(failure) => {
+            let first = failure
+                .log
+                .lines()
+                .find(|l| l.contains("error"))
+                .unwrap_or("compile error");
+            let outcome = reject(RejectKind::Compile, format!("NVRTC: {}", first.trim()));
+            return Ok((outcome, Some((source_path, failure))));
+        }
+    };
+    let Some(resources) = resources::parse(&output.log, KERNEL_ENTRY) else {
+        return Ok((
+            reject(
+                RejectKind::Compile,
+                "ptxas printed no resource report".into(),
+            ),
+            None,
+        ));
+    };
+    if let Some(reason) = resources.disqualification() {
+        return Ok((reject(RejectKind::Spills, reason), None));
+    }
+    write_atomic(&cubin_path, &output.cubin)?;
+    let kernel = BuiltKernel {
+        id: id.clone(),
+        candidate: c.clone(),
+        is_default: p.is_default,
+        template_hash: rendered.template_hash,
+        footprint: *footprint,
+        resources,
+        source: source_rel,
+        cubin: cubin_rel,
+        cubin_hash: format!("{:016x}", fnv1a64(&output.cubin)),
+        nvrtc_version: nvrtc.version_string(),
+        compile_ms,
+    };
+    Ok((
+        Outcome::Built {
+            kernel,
+            reused: false,
+        },
+        None,
+    ))
+}
+
+/// Folds a build's outcomes into an arch's report: an entry per candidate, the newest
+/// wins; entries of an older version of a template are dropped with their files.
+fn merge_into_report<'a>(
+    renderer: &Renderer,
+    dir: &BuildDir,
+    report: &mut Report,
+    outcomes: impl Iterator<Item = &'a Outcome>,
+) {
+    let current = |c: &Candidate, hash: &str| renderer.template_hash(c.template) == hash;
+    for stale in report
+        .kernels
+        .iter()
+        .filter(|k| !current(&k.candidate, &k.template_hash))
+    {
+        let _ = std::fs::remove_file(dir.path(&stale.cubin));
+        let _ = std::fs::remove_file(dir.path(&stale.source));
+    }
+    report
+        .kernels
+        .retain(|k| current(&k.candidate, &k.template_hash));
+    report
+        .rejected
+        .retain(|k| current(&k.candidate, &k.template_hash));
+    for outcome in outcomes {
+        let c = outcome.candidate();
+        report.kernels.retain(|k| &k.candidate != c);
+        report.rejected.retain(|k| &k.candidate != c);
+        match outcome {
+            Outcome::Built { kernel, .. } => report.kernels.push(kernel.clone()),
+            Outcome::Rejected(r) => report.rejected.push(r.clone()),
+        }
+    }
+    report.kernels.sort_by(|a, b| a.id.cmp(&b.id));
+    report.rejected.sort_by(|a, b| a.id.cmp(&b.id));
+    report.fa4_gen_version = env!("CARGO_PKG_VERSION").into();
+}

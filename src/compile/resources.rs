@@ -1,0 +1,133 @@
+//! The ptxas resource report (`--ptxas-options=-v`), parsed from NVRTC's log.
+
+use serde::{Deserialize, Serialize};
+
+/// What one compiled kernel uses, as ptxas reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    pub registers: u32,
+    pub barriers: u32,
+    /// Statically declared shared memory, bytes (the kernels use dynamic shared memory,
+    /// whose size is the footprint's).
+    pub static_smem: u32,
+    pub stack_frame: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+    /// ptxas warnings, verbatim (e.g. C7515: wgmma serialised).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl Resources {
+    /// Why this kernel must not be used, if it must not: spills or a stack frame move
+    /// registers to local memory, which costs far more than any tile shape gains.
+    pub fn disqualification(&self) -> Option<String> {
+        if self.spill_stores > 0 || self.spill_loads > 0 {
+            Some(format!(
+                "spills registers ({} bytes stored, {} loaded at {} registers)",
+                self.spill_stores, self.spill_loads, self.registers
+            ))
+        } else if self.stack_frame > 0 {
+            Some(format!(
+                "uses a {}-byte stack frame (local memory)",
+                self.stack_frame
+            ))
+        } else {
+            self.warnings
+                .iter()
+                .find(|w| w.contains("C7510") || w.contains("C7511") || w.contains("C7515"))
+                .map(|w| format!("ptxas: {w}"))
+        }
+    }
+}
+
+/// Reads the report of the entry function `entry` out of an NVRTC log.
+/// Returns `None` when the log holds no report for it.
+pub fn parse(log: &str, entry: &str) -> Option<Resources> {
+    let mut r = Resources::default();
+    let mut in_entry = false;
+    let mut found = false;
+    for line in log.lines() {
+        if line.contains("Compiling entry function") {
+            in_entry = line.contains(&format!("'{entry}'"));
+            continue;
+        }
+        if line.to_ascii_lowercase().contains("warning") {
+            r.warnings.push(line.trim().to_string());
+            continue;
+        }
+        if !in_entry {
+            continue;
+        }
+        if line.contains("bytes stack frame") {
+            found = true;
+            r.stack_frame = number_before(line, "bytes stack frame").unwrap_or(0);
+            r.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+            r.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
+        } else if line.contains("Used") && line.contains("registers") {
+            found = true;
+            r.registers = number_before(line, "registers").unwrap_or(0);
+            r.barriers = number_before(line, "barriers").unwrap_or(0);
+            r.static_smem = number_before(line, "bytes smem").unwrap_or(0);
+        }
+    }
+    found.then_some(r)
+}
+
+/// The integer that directly precedes `label` in `line` ("8 bytes spill stores").
+fn number_before(line: &str, label: &str) -> Option<u32> {
+    let at = line.find(label)?;
+    line[..at]
+        .trim_end()
+        .rsplit(|c: char| c.is_whitespace() || c == ',')
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "ptxas info    : 145 bytes gmem
+ptxas info    : Compiling entry function 'other' for 'sm_90a'
+ptxas info    : Used 12 registers, used 0 barriers
+ptxas info    : Compiling entry function 'fa4_fwd' for 'sm_90a'
+ptxas info    : Function properties for fa4_fwd
+ptxas         .     8 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 4096 bytes smem, 8 bytes cumulative stack size
+ptxas info    : Compile time = 473.861 ms
+";
+
+    #[test]
+    fn parses_the_named_entry_only() {
+        let r = parse(LOG, "fa4_fwd").unwrap();
+        assert_eq!(r.registers, 255);
+        assert_eq!(r.barriers, 1);
+        assert_eq!(r.static_smem, 4096);
+        assert_eq!((r.stack_frame, r.spill_stores, r.spill_loads), (8, 8, 4));
+        assert!(r.disqualification().unwrap().contains("spills"));
+        assert!(parse(LOG, "missing").is_none());
+    }
+
+    #[test]
+    fn clean_kernel_is_not_disqualified() {
+        let log = "ptxas info    : Compiling entry function 'fa4_fwd' for 'sm_80'
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 175 registers, used 1 barriers, 368 bytes cmem[0]";
+        let r = parse(log, "fa4_fwd").unwrap();
+        assert_eq!(r.registers, 175);
+        assert_eq!(r.static_smem, 0);
+        assert_eq!(r.disqualification(), None);
+    }
+
+    #[test]
+    fn serialising_wgmma_warning_disqualifies() {
+        let log = "ptxas info    : Compiling entry function 'fa4_fwd' for 'sm_90a'
+ptxas /tmp/x, line 5; warning : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers";
+        let r = parse(log, "fa4_fwd").unwrap();
+        assert!(r.disqualification().unwrap().contains("C7515"));
+    }
+}

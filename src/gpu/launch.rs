@@ -1,0 +1,283 @@
+//! Launching a forward kernel, after the checks that keep a bad argument from ever
+//! reaching the device.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
+use fa4_spec::{FwdParams, KernelSpec};
+
+use super::{driver, Gpu, GpuError};
+use crate::render::KERNEL_ENTRY;
+use crate::space::Footprint;
+
+/// A problem the kernels cannot take, found on the host before any launch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProblemError {
+    #[error("{what} is {value}: it must be at least {min}")]
+    TooSmall {
+        what: &'static str,
+        value: i64,
+        min: i64,
+    },
+    #[error("heads_q ({heads_q}) is not a multiple of heads_kv ({heads_kv}): GQA needs a whole number of query heads per KV head")]
+    HeadRatio { heads_q: i32, heads_kv: i32 },
+    #[error("{tensor} is a null pointer")]
+    Null { tensor: &'static str },
+    #[error(
+        "{tensor} at {addr:#x} is not {align}-byte aligned: the kernels load 16 bytes at a time"
+    )]
+    Misaligned {
+        tensor: &'static str,
+        addr: u64,
+        align: u64,
+    },
+    #[error("{what} = {value} elements is not a multiple of 8 (16 bytes): the kernels load 16 bytes at a time")]
+    Stride { what: &'static str, value: i64 },
+    #[error("softmax_scale {0} is not a finite positive number")]
+    Scale(String),
+}
+
+/// The host-side checks of a forward launch: shapes, pointers, alignment, strides.
+pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
+    let at_least = |what, value: i64, min| {
+        if value < min {
+            Err(ProblemError::TooSmall { what, value, min })
+        } else {
+            Ok(())
+        }
+    };
+    at_least("batch", p.batch.into(), 0)?;
+    at_least("seqlen_q", p.seqlen_q.into(), 0)?;
+    at_least("seqlen_k", p.seqlen_k.into(), 0)?;
+    at_least("heads_q", p.heads_q.into(), 1)?;
+    at_least("heads_kv", p.heads_kv.into(), 1)?;
+    if p.heads_q % p.heads_kv != 0 {
+        return Err(ProblemError::HeadRatio {
+            heads_q: p.heads_q,
+            heads_kv: p.heads_kv,
+        });
+    }
+    if !(p.softmax_scale.is_finite() && p.softmax_scale > 0.0) {
+        return Err(ProblemError::Scale(p.softmax_scale.to_string()));
+    }
+    let has_queries = p.batch > 0 && p.seqlen_q > 0;
+    let has_keys = has_queries && p.seqlen_k > 0;
+    let tensors = [
+        ("q", p.q, 16, has_queries),
+        ("k", p.k, 16, has_keys),
+        ("v", p.v, 16, has_keys),
+        ("o", p.o, 16, has_queries),
+        ("lse", p.lse, 4, has_queries),
+    ];
+    for (tensor, addr, align, used) in tensors {
+        if !used {
+            continue;
+        }
+        if addr == 0 {
+            return Err(ProblemError::Null { tensor });
+        }
+        if addr % align != 0 {
+            return Err(ProblemError::Misaligned {
+                tensor,
+                addr,
+                align,
+            });
+        }
+    }
+    let strides = [
+        ("q_batch_stride", p.q_batch_stride),
+        ("q_row_stride", p.q_row_stride),
+        ("q_head_stride", p.q_head_stride),
+        ("k_batch_stride", p.k_batch_stride),
+        ("k_row_stride", p.k_row_stride),
+        ("k_head_stride", p.k_head_stride),
+        ("v_batch_stride", p.v_batch_stride),
+        ("v_row_stride", p.v_row_stride),
+        ("v_head_stride", p.v_head_stride),
+        ("o_batch_stride", p.o_batch_stride),
+        ("o_row_stride", p.o_row_stride),
+        ("o_head_stride", p.o_head_stride),
+    ];
+    for (what, value) in strides {
+        if value % 8 != 0 {
+            return Err(ProblemError::Stride { what, value });
+        }
+        at_least(what, value, 0)?;
+    }
+    Ok(())
+}
+
+/// `FwdParams` as a kernel argument: passed by value, bit for bit.
+#[repr(transparent)]
+pub(crate) struct ParamsArg(pub(crate) FwdParams);
+// SAFETY: FwdParams is #[repr(C)], plain old data, and laid out exactly like the
+// device-side struct (both sides assert its size; a test checks its offsets).
+unsafe impl DeviceRepr for ParamsArg {}
+
+/// A forward kernel loaded on a device.
+pub struct FwdKernel {
+    func: CudaFunction,
+    pub spec: KernelSpec,
+    pub footprint: Footprint,
+    _module: Arc<CudaModule>,
+}
+
+impl FwdKernel {
+    pub fn load(
+        gpu: &Gpu,
+        cubin: &[u8],
+        spec: KernelSpec,
+        footprint: Footprint,
+    ) -> Result<Self, GpuError> {
+        let module = gpu.load_module(cubin)?;
+        let func = gpu.function(&module, KERNEL_ENTRY, footprint.smem_bytes)?;
+        Ok(FwdKernel {
+            func,
+            spec,
+            footprint,
+            _module: module,
+        })
+    }
+
+    /// Checks the problem, then launches on the GPU's stream (asynchronously).
+    pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
+        check_problem(params)?;
+        let grid_x = (params.seqlen_q as u32).div_ceil(self.footprint.block_m);
+        if grid_x == 0 || params.batch == 0 {
+            return Ok(()); // nothing to compute
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (grid_x, params.heads_q as u32, params.batch as u32),
+            block_dim: (self.footprint.threads, 1, 1),
+            shared_mem_bytes: self.footprint.smem_bytes,
+        };
+        let arg = ParamsArg(*params);
+        // SAFETY: the kernel takes one FwdParams by value; check_problem vetted its
+        // pointers and strides, and the buffers outlive the launch (the caller
+        // synchronises before freeing them).
+        unsafe {
+            gpu.stream()
+                .launch_builder(&self.func)
+                .arg(&arg)
+                .launch(cfg)
+        }
+        .map(|_| ())
+        .map_err(driver("cuLaunchKernel"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> FwdParams {
+        let (h, d, s) = (8i64, 128i64, 100i64);
+        FwdParams {
+            q: 0x1000,
+            k: 0x2000,
+            v: 0x3000,
+            o: 0x4000,
+            lse: 0x5000,
+            q_batch_stride: s * h * d,
+            q_row_stride: h * d,
+            q_head_stride: d,
+            k_batch_stride: s * 2 * d,
+            k_row_stride: 2 * d,
+            k_head_stride: d,
+            v_batch_stride: s * 2 * d,
+            v_row_stride: 2 * d,
+            v_head_stride: d,
+            o_batch_stride: s * h * d,
+            o_row_stride: h * d,
+            o_head_stride: d,
+            batch: 2,
+            seqlen_q: 100,
+            seqlen_k: 100,
+            heads_q: 8,
+            heads_kv: 2,
+            softmax_scale: 0.088,
+            scale_log2: 0.127,
+            reserved: 0,
+        }
+    }
+
+    #[test]
+    fn accepts_a_well_formed_problem() {
+        assert_eq!(check_problem(&good()), Ok(()));
+    }
+
+    #[test]
+    fn names_each_bad_argument() {
+        let cases: Vec<(FwdParams, &str)> = vec![
+            (
+                FwdParams {
+                    heads_kv: 3,
+                    ..good()
+                },
+                "heads_q (8) is not a multiple of heads_kv (3)",
+            ),
+            (
+                FwdParams {
+                    k: 0x2008,
+                    ..good()
+                },
+                "k at 0x2008 is not 16-byte aligned",
+            ),
+            (FwdParams { o: 0, ..good() }, "o is a null pointer"),
+            (
+                FwdParams {
+                    q_row_stride: 1020,
+                    ..good()
+                },
+                "q_row_stride = 1020 elements is not a multiple of 8",
+            ),
+            (
+                FwdParams {
+                    seqlen_k: -1,
+                    ..good()
+                },
+                "seqlen_k is -1: it must be at least 0",
+            ),
+            (
+                FwdParams {
+                    softmax_scale: f32::NAN,
+                    ..good()
+                },
+                "softmax_scale NaN",
+            ),
+            (
+                FwdParams {
+                    heads_q: 0,
+                    ..good()
+                },
+                "heads_q is 0",
+            ),
+        ];
+        for (p, expected) in cases {
+            let msg = check_problem(&p).unwrap_err().to_string();
+            assert!(msg.contains(expected), "{msg:?} lacks {expected:?}");
+        }
+    }
+
+    #[test]
+    fn empty_problems_need_no_pointers() {
+        let p = FwdParams {
+            batch: 0,
+            q: 0,
+            k: 0,
+            v: 0,
+            o: 0,
+            lse: 0,
+            ..good()
+        };
+        assert_eq!(check_problem(&p), Ok(()));
+        // Queries without keys: the output is still written (zeros, LSE -inf).
+        let p = FwdParams {
+            seqlen_k: 0,
+            k: 0,
+            v: 0,
+            ..good()
+        };
+        assert_eq!(check_problem(&p), Ok(()));
+    }
+}

@@ -1,0 +1,23 @@
+//! fa4-gen: an ahead-of-time generator, compiler and autotuner for FlashAttention-style
+//! prefill kernels.
+//!
+//! Data flows one way through one module per stage:
+//!
+//! ```text
+//! space ──▶ render ──▶ compile (NVRTC) ──▶ gpu (load, launch) ──▶ verify
+//! (which kernels)  (CUDA source)  (cubin + ptxas report)     (checked on the device)
+//! ```
+//!
+//! The CLI (`src/main.rs`, `cli`) is a thin layer over these.
+
+pub mod cli;
+pub mod compile;
+pub mod fsutil;
+pub mod gpu;
+pub mod render;
+pub mod space;
+pub mod templates;
+pub mod timestamp;
+pub mod verify;
+
+pub use fa4_spec as spec;

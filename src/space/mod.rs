@@ -1,0 +1,390 @@
+//! The config space: which kernels exist, before anything is rendered or compiled.
+//!
+//! A [`Template`] is one kernel source (a `.cu.tera` entry point plus its headers). For a
+//! [`KernelSpec`] it offers candidate [`TileConfig`]s, prunes those that cannot work
+//! from arithmetic alone (shared memory, tile divisibility, a register estimate) and
+//! names a heuristic default, the config served when nothing has been tuned.
+
+mod portable;
+
+use std::fmt;
+use std::str::FromStr;
+
+use fa4_spec::{Arch, Dtype, KernelSpec, MaskKind, ParseError, TileConfig};
+use serde::{Deserialize, Serialize};
+
+/// A kernel template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Template {
+    /// FlashAttention-2's algorithm on `mma.sync`: sm80 and newer.
+    Portable,
+}
+
+impl Template {
+    pub const ALL: [Template; 1] = [Template::Portable];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Template::Portable => "portable",
+        }
+    }
+
+    /// Entry point under `templates/`.
+    pub fn file(self) -> &'static str {
+        match self {
+            Template::Portable => "portable_fwd.cu.tera",
+        }
+    }
+
+    /// Architectures the template compiles for.
+    pub fn archs(self) -> &'static [Arch] {
+        match self {
+            Template::Portable => &Arch::ALL,
+        }
+    }
+
+    /// (head_dim, head_dim_v) pairs offered.
+    pub fn head_dims(self) -> &'static [(u32, u32)] {
+        match self {
+            Template::Portable => portable::HEAD_DIMS,
+        }
+    }
+
+    /// Whether the template can produce a kernel for `spec` at all.
+    pub fn supports(self, spec: &KernelSpec) -> bool {
+        self.archs().contains(&spec.arch)
+            && self.head_dims().contains(&(spec.head_dim, spec.head_dim_v))
+    }
+
+    /// Every candidate config for `spec`, unpruned, in a fixed order.
+    pub fn candidates(self, spec: &KernelSpec) -> Vec<TileConfig> {
+        match self {
+            Template::Portable => portable::candidates(spec),
+        }
+    }
+
+    /// Static check of one config: its launch footprint, or why it cannot work.
+    pub fn check(self, spec: &KernelSpec, config: &TileConfig) -> Result<Footprint, Rejection> {
+        match self {
+            Template::Portable => portable::check(spec, config),
+        }
+    }
+
+    /// The config served when no tuning record exists: always one that passes
+    /// [`Template::check`] (tests also compile it for every arch and head dim).
+    pub fn default_config(self, spec: &KernelSpec) -> TileConfig {
+        match self {
+            Template::Portable => portable::default_config(spec),
+        }
+    }
+
+    /// The values the `.tera` entry point is rendered with.
+    pub fn render_values(
+        self,
+        spec: &KernelSpec,
+        config: &TileConfig,
+        footprint: &Footprint,
+    ) -> Vec<(&'static str, serde_json::Value)> {
+        match self {
+            Template::Portable => portable::render_values(spec, config, footprint),
+        }
+    }
+}
+
+impl fmt::Display for Template {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Template {
+    type Err = ParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Template::ALL
+            .into_iter()
+            .find(|t| t.name() == s.trim().to_ascii_lowercase())
+            .ok_or_else(|| ParseError {
+                what: "template",
+                given: s.to_string(),
+                expected: Template::ALL.map(|t| t.name()).join(", "),
+            })
+    }
+}
+
+/// What launching a config takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footprint {
+    /// Threads per block.
+    pub threads: u32,
+    /// Query rows per block: the grid is `ceil(seqlen_q / block_m) x heads x batch`.
+    pub block_m: u32,
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+    /// Registers per thread the pruning model expects (ptxas has the last word).
+    pub est_registers: u32,
+}
+
+/// Why a config was set aside.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub kind: RejectKind,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectKind {
+    /// Tile shapes that do not divide (static).
+    Shape,
+    /// More shared memory than the arch gives one block (static).
+    SharedMemory,
+    /// Register estimate past 255 per thread (static).
+    Registers,
+    /// ptxas reported spills or a stack frame (after compiling).
+    Spills,
+    /// NVRTC refused the source (after compiling).
+    Compile,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// One (template, spec, config) triple: everything that determines a kernel.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Candidate {
+    pub template: Template,
+    pub spec: KernelSpec,
+    pub config: TileConfig,
+}
+
+/// A candidate with the static verdict on it.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub candidate: Candidate,
+    pub is_default: bool,
+    pub verdict: Result<Footprint, Rejection>,
+}
+
+/// Every candidate of `template` for `spec`, each with its static verdict; the
+/// heuristic default is marked.
+pub fn plan(template: Template, spec: &KernelSpec) -> Vec<Planned> {
+    let default = template.default_config(spec);
+    template
+        .candidates(spec)
+        .into_iter()
+        .map(|config| Planned {
+            is_default: config == default,
+            verdict: template.check(spec, &config),
+            candidate: Candidate {
+                template,
+                spec: *spec,
+                config,
+            },
+        })
+        .collect()
+}
+
+/// The heuristic default of `template` for `spec`, as a candidate.
+pub fn default_candidate(template: Template, spec: &KernelSpec) -> Candidate {
+    Candidate {
+        template,
+        spec: *spec,
+        config: template.default_config(spec),
+    }
+}
+
+/// A user's choice of specs: the cross product of the listed values.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub archs: Vec<Arch>,
+    pub dtypes: Vec<Dtype>,
+    /// QK head dims; V head dims follow what the templates offer for each.
+    pub head_dims: Vec<u32>,
+    pub masks: Vec<MaskKind>,
+    pub templates: Vec<Template>,
+}
+
+/// A selection that names something no template offers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    #[error(
+        "head dim {head_dim} is not offered for {arch}: offered head dims are {offered}; \
+         pick one of those with --head-dim"
+    )]
+    HeadDim {
+        head_dim: u32,
+        arch: Arch,
+        offered: String,
+    },
+    #[error("no template compiles for {arch}")]
+    Arch { arch: Arch },
+}
+
+impl Selection {
+    /// Everything every template offers, for the given archs.
+    pub fn all(archs: Vec<Arch>) -> Self {
+        Selection {
+            archs,
+            dtypes: Dtype::ALL.to_vec(),
+            head_dims: Vec::new(),
+            masks: MaskKind::ALL.to_vec(),
+            templates: Template::ALL.to_vec(),
+        }
+    }
+
+    /// The (template, spec) pairs selected, in a fixed order; an empty `head_dims`
+    /// means every head dim offered. Fails when a listed head dim is offered by none
+    /// of the selected templates for a listed arch.
+    pub fn specs(&self) -> Result<Vec<(Template, KernelSpec)>, SelectionError> {
+        let mut out = Vec::new();
+        for &arch in &self.archs {
+            let templates: Vec<Template> = self
+                .templates
+                .iter()
+                .copied()
+                .filter(|t| t.archs().contains(&arch))
+                .collect();
+            if templates.is_empty() {
+                return Err(SelectionError::Arch { arch });
+            }
+            let mut offered: Vec<u32> = templates
+                .iter()
+                .flat_map(|t| t.head_dims().iter().map(|d| d.0))
+                .collect();
+            offered.sort_unstable();
+            offered.dedup();
+            for &d in &self.head_dims {
+                if !offered.contains(&d) {
+                    return Err(SelectionError::HeadDim {
+                        head_dim: d,
+                        arch,
+                        offered: offered
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+            }
+            for &template in &templates {
+                for &(d, dv) in template.head_dims() {
+                    if !self.head_dims.is_empty() && !self.head_dims.contains(&d) {
+                        continue;
+                    }
+                    for &dtype in &self.dtypes {
+                        for &mask in &self.masks {
+                            let spec = KernelSpec {
+                                arch,
+                                dtype,
+                                head_dim: d,
+                                head_dim_v: dv,
+                                mask,
+                            };
+                            out.push((template, spec));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spec_has_a_valid_default_and_survivors() {
+        let specs = Selection::all(Arch::ALL.to_vec()).specs().unwrap();
+        assert_eq!(specs.len(), 6 * 5 * 2 * 2);
+        for (template, spec) in specs {
+            let plan = plan(template, &spec);
+            let defaults: Vec<_> = plan.iter().filter(|p| p.is_default).collect();
+            assert_eq!(
+                defaults.len(),
+                1,
+                "{spec}: exactly one default in the space"
+            );
+            assert!(
+                defaults[0].verdict.is_ok(),
+                "{spec}: default is pruned: {:?}",
+                defaults[0].verdict
+            );
+            let fp = defaults[0].verdict.as_ref().unwrap();
+            assert!(fp.smem_bytes <= spec.arch.max_smem_per_block());
+            assert!(
+                plan.iter().filter(|p| p.verdict.is_ok()).count() >= 2,
+                "{spec}"
+            );
+        }
+    }
+
+    #[test]
+    fn pruning_rejects_for_the_right_reason() {
+        let spec = KernelSpec::new(Arch::Sm86, Dtype::Bf16, 256, MaskKind::None);
+        let plan = plan(Template::Portable, &spec);
+        // 99 KB of shared memory on sm86 cannot hold a 128-row Q tile plus two stages
+        // of 128-row K and V tiles at head dim 256.
+        let big = plan
+            .iter()
+            .find(|p| {
+                p.candidate.config.block_m == 128
+                    && p.candidate.config.block_n == 128
+                    && p.candidate.config.stages == 2
+            })
+            .unwrap();
+        assert_eq!(
+            big.verdict.as_ref().unwrap_err().kind,
+            RejectKind::SharedMemory
+        );
+        // The same tile fits in the 227 KB of an sm90 block only if registers allow.
+        let sm90 = KernelSpec {
+            arch: Arch::Sm90,
+            ..spec
+        };
+        let r = Template::Portable.check(&sm90, &big.candidate.config);
+        assert!(matches!(
+            r,
+            Err(Rejection {
+                kind: RejectKind::SharedMemory | RejectKind::Registers,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn selection_rejects_head_dims_not_offered() {
+        let mut sel = Selection::all(vec![Arch::Sm90]);
+        sel.head_dims = vec![128, 65];
+        let err = sel.specs().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "head dim 65 is not offered for sm90: offered head dims are 64, 96, 128, 192, 256; \
+             pick one of those with --head-dim"
+        );
+        sel.head_dims = vec![512];
+        assert!(sel.specs().is_err());
+        sel.head_dims = vec![128];
+        let specs = sel.specs().unwrap();
+        assert_eq!(specs.len(), 4);
+        assert!(specs
+            .iter()
+            .all(|(_, s)| s.head_dim == 128 && s.arch == Arch::Sm90));
+    }
+
+    #[test]
+    fn template_names_parse() {
+        assert_eq!("portable".parse::<Template>().unwrap(), Template::Portable);
+        assert!("hopper2"
+            .parse::<Template>()
+            .unwrap_err()
+            .to_string()
+            .contains("portable"));
+    }
+}

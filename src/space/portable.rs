@@ -1,0 +1,230 @@
+//! Config space of the portable (mma.sync) template. The arithmetic mirrors
+//! `templates/include/fa4/portable/traits.cuh`; the rendered kernel asserts that its
+//! shared-memory size equals the one computed here.
+
+use std::collections::BTreeMap;
+
+use fa4_spec::{KernelSpec, TileConfig};
+use serde_json::{json, Value};
+
+use super::{Footprint, RejectKind, Rejection};
+
+pub(super) const HEAD_DIMS: &[(u32, u32)] =
+    &[(64, 64), (96, 96), (128, 128), (192, 192), (256, 256)];
+
+/// Switch: load Q's MMA fragments into registers once instead of re-reading shared
+/// memory every key block (fewer shared-memory reads, more registers).
+const Q_IN_REGS: &str = "qregs";
+
+/// (block_m, warps): each warp owns 16 or 32 query rows.
+const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
+const BLOCK_N: &[u32] = &[32, 64, 128];
+const STAGES: &[u32] = &[1, 2];
+
+fn config(block_m: u32, warps: u32, block_n: u32, stages: u32, q_in_regs: u32) -> TileConfig {
+    TileConfig {
+        block_m,
+        block_n,
+        warps,
+        stages,
+        switches: BTreeMap::from([(Q_IN_REGS.to_string(), q_in_regs)]),
+    }
+}
+
+pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
+    let mut out = Vec::new();
+    for &(block_m, warps) in BLOCK_M_WARPS {
+        for &block_n in BLOCK_N {
+            for &stages in STAGES {
+                for q_in_regs in [0, 1] {
+                    out.push(config(block_m, warps, block_n, stages, q_in_regs));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Padding of every shared-memory row, in elements (see traits.cuh: odd pitch in 16 B).
+const PAD: u32 = 8;
+
+pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
+    let pitch_qk = spec.head_dim + PAD;
+    let pitch_v = spec.head_dim_v + PAD;
+    let q_or_o = (c.block_m * pitch_qk).max(c.block_m * pitch_v);
+    let kv_stage = c.block_n * pitch_qk + c.block_n * pitch_v;
+    (q_or_o + c.stages * kv_stage) * spec.dtype.size()
+}
+
+/// Registers per thread: the f32 accumulators of O and S, Q's fragments when they stay
+/// in registers, plus a fixed allowance for addresses, softmax state and temporaries
+/// (measured on sm90: the real count runs 40 to 60 above the accumulators).
+pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
+    let m_tiles = c.block_m / c.warps / 16;
+    let o = m_tiles * spec.head_dim_v / 2;
+    let s = m_tiles * c.block_n / 2;
+    let q = if c.switch(Q_IN_REGS, 0) == 1 {
+        m_tiles * spec.head_dim / 4
+    } else {
+        0
+    };
+    o + s + q + 48
+}
+
+pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Rejection> {
+    let reject = |kind, reason: String| Err(Rejection { kind, reason });
+    if c.warps == 0
+        || c.block_m % (16 * c.warps) != 0
+        || !(1..=2).contains(&(c.block_m / c.warps / 16))
+    {
+        return reject(
+            RejectKind::Shape,
+            format!(
+                "block_m {} over {} warps is not 16 or 32 rows per warp",
+                c.block_m, c.warps
+            ),
+        );
+    }
+    if c.block_n % 16 != 0 || c.block_n == 0 {
+        return reject(
+            RejectKind::Shape,
+            format!("block_n {} is not a multiple of 16", c.block_n),
+        );
+    }
+    if spec.head_dim % 16 != 0 || spec.head_dim_v % 16 != 0 {
+        return reject(
+            RejectKind::Shape,
+            "head dims must be multiples of 16".into(),
+        );
+    }
+    if !(1..=4).contains(&c.stages) {
+        return reject(
+            RejectKind::Shape,
+            format!("{} stages (1 to 4 supported)", c.stages),
+        );
+    }
+    let smem = smem_bytes(spec, c);
+    let limit = spec.arch.max_smem_per_block();
+    if smem > limit {
+        return reject(
+            RejectKind::SharedMemory,
+            format!(
+                "needs {} KiB of shared memory, {} allows {} KiB per block",
+                smem.div_ceil(1024),
+                spec.arch,
+                limit / 1024
+            ),
+        );
+    }
+    let regs = est_registers(spec, c);
+    if regs > 255 {
+        return reject(
+            RejectKind::Registers,
+            format!("needs about {regs} registers per thread (255 at most): it would spill"),
+        );
+    }
+    Ok(Footprint {
+        threads: c.warps * 32,
+        block_m: c.block_m,
+        smem_bytes: smem,
+        est_registers: regs,
+    })
+}
+
+/// The heuristic default: the first of these that fits the arch. Chosen from the
+/// ptxas reports (no spills on any arch) and FlashAttention-2's tile choices; the
+/// tuner replaces it wherever it finds better.
+pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
+    let preferences: &[(u32, u32, u32, u32)] = if spec.head_dim <= 64 {
+        &[
+            (128, 4, 64, 2),
+            (128, 8, 64, 2),
+            (64, 4, 64, 2),
+            (64, 4, 32, 1),
+        ]
+    } else if spec.head_dim <= 128 {
+        &[(128, 8, 64, 2), (64, 4, 64, 2), (64, 4, 32, 1)]
+    } else {
+        &[(128, 8, 32, 2), (64, 4, 32, 2), (64, 4, 32, 1)]
+    };
+    preferences
+        .iter()
+        .map(|&(m, w, n, s)| config(m, w, n, s, 0))
+        .find(|c| check(spec, c).is_ok())
+        .unwrap_or_else(|| config(64, 4, 32, 1, 0))
+}
+
+pub(super) fn render_values(
+    spec: &KernelSpec,
+    c: &TileConfig,
+    fp: &Footprint,
+) -> Vec<(&'static str, Value)> {
+    vec![
+        ("dtype", json!(spec.dtype.name())),
+        (
+            "mask",
+            json!(match spec.mask {
+                fa4_spec::MaskKind::None => "None",
+                fa4_spec::MaskKind::Causal => "Causal",
+            }),
+        ),
+        ("head_dim", json!(spec.head_dim)),
+        ("head_dim_v", json!(spec.head_dim_v)),
+        ("block_m", json!(c.block_m)),
+        ("block_n", json!(c.block_n)),
+        ("warps", json!(c.warps)),
+        ("stages", json!(c.stages)),
+        (
+            "q_in_regs",
+            json!(if c.switch(Q_IN_REGS, 0) == 1 {
+                "true"
+            } else {
+                "false"
+            }),
+        ),
+        ("smem_bytes", json!(fp.smem_bytes)),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fa4_spec::{Arch, Dtype, MaskKind};
+
+    #[test]
+    fn smem_matches_hand_computation() {
+        // d=128, 128x64 tile, 2 stages: Q 128*136 + 2 * (64*136 + 64*136) elements.
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        assert_eq!(smem_bytes(&spec, &config(128, 8, 64, 2, 0)), 104_448);
+        let spec = KernelSpec {
+            head_dim_v: 64,
+            ..spec
+        };
+        // O (128*72) is smaller than Q (128*136): the larger wins.
+        assert_eq!(
+            smem_bytes(&spec, &config(128, 8, 64, 1, 0)),
+            (128 * 136 + 64 * 136 + 64 * 72) * 2
+        );
+    }
+
+    #[test]
+    fn shapes_are_checked() {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
+        let bad = config(64, 8, 64, 2, 0); // 8 rows per warp
+        assert_eq!(check(&spec, &bad).unwrap_err().kind, RejectKind::Shape);
+        let bad = config(128, 4, 40, 2, 0);
+        assert_eq!(check(&spec, &bad).unwrap_err().kind, RejectKind::Shape);
+        let ok = check(&spec, &config(128, 4, 64, 2, 0)).unwrap();
+        assert_eq!(ok.threads, 128);
+        assert_eq!(ok.block_m, 128);
+    }
+
+    #[test]
+    fn register_estimate_prunes_the_hopeless() {
+        // 32 rows per warp at head dim 256: O alone is 256 f32 registers per thread.
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Fp16, 256, MaskKind::None);
+        let r = check(&spec, &config(128, 4, 32, 1, 0)).unwrap_err();
+        assert_eq!(r.kind, RejectKind::Registers);
+        assert!(r.reason.contains("registers"));
+    }
+}

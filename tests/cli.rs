@@ -1,0 +1,194 @@
+//! The command line as a user meets it: listings, and one clear line for bad input.
+
+use crate::common::{fa4_gen, fa4_gen_env, stderr, stdout};
+
+#[test]
+fn list_shows_every_spec_with_a_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fa4_gen(dir.path(), &["list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // 6 archs x 5 head dims x 2 dtypes x 2 masks, plus header and the untested-arch note.
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("portable")).collect();
+    assert_eq!(rows.len(), 120, "{text}");
+    assert!(
+        rows.iter().all(|r| r.contains("_qregs")),
+        "every row names a default config"
+    );
+    assert!(
+        text.contains("note: sm80, sm86, sm89, sm100, sm120 kernels are compile-checked only"),
+        "{text}"
+    );
+}
+
+#[test]
+fn list_json_is_the_whole_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fa4_gen(
+        dir.path(),
+        &["list", "--arch", "sm90", "--head-dim", "128", "--json"],
+    );
+    assert!(out.status.success());
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows.len(), 4 * 36, "4 specs x 36 candidates");
+    assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 4);
+    let pruned: Vec<_> = rows
+        .iter()
+        .filter(|r| r["verdict"].get("rejected").is_some())
+        .collect();
+    assert!(!pruned.is_empty());
+    assert!(pruned
+        .iter()
+        .all(|r| r["verdict"]["rejected"]["reason"].as_str().unwrap().len() > 10));
+    assert!(rows
+        .iter()
+        .all(|r| r["spec"]["head_dim"] == 128 && r["spec"]["arch"] == "sm90"));
+}
+
+/// Bad input: exit 2, one line on stderr that names the problem and the fix.
+fn assert_usage_error(args: &[&str], expected: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fa4_gen(dir.path(), args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: one line, got {err:?}");
+    assert!(
+        err.starts_with("error: ") && err.contains(expected),
+        "{args:?}: {err:?}"
+    );
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "{args:?} wrote files"
+    );
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    assert_usage_error(
+        &["compile", "--arch", "sm91"],
+        "unknown arch `sm91`: expected one of sm80, sm86, sm89, sm90, sm100, sm120",
+    );
+    assert_usage_error(
+        &["compile", "--arch", "sm90", "--head-dim", "65"],
+        "head dim 65 is not offered for sm90: offered head dims are 64, 96, 128, 192, 256",
+    );
+    assert_usage_error(
+        &["list", "--head-dim", "512"],
+        "head dim 512 is not offered",
+    );
+    assert_usage_error(
+        &["list", "--head-dim", "big"],
+        "head dim `big` is not a number",
+    );
+    assert_usage_error(
+        &["compile", "--arch", "sm90", "--dtype", "fp8"],
+        "unknown dtype `fp8`: expected one of bf16, fp16",
+    );
+    assert_usage_error(&["list", "--mask", "diagonal"], "unknown mask `diagonal`");
+    assert_usage_error(
+        &["render", "--template", "nope"],
+        "unknown template `nope`: expected one of portable",
+    );
+    assert_usage_error(&["compile"], "compile needs --arch");
+    assert_usage_error(&["verify", "--arch", "sm91"], "unknown arch `sm91`");
+}
+
+#[test]
+fn unwritable_output_folder_is_named_and_left_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("file"), b"x").unwrap();
+    let target = dir.path().join("file/out");
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "64",
+            "--default-only",
+            "--out",
+            target.to_str().unwrap(),
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot write") && err.contains("file/out"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_nvrtc_says_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fa4_gen_env(
+        dir.path(),
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "64",
+            "--default-only",
+            "--out",
+            "b",
+        ],
+        &[("FA4_GEN_NVRTC", "/nonexistent/libnvrtc.so.13")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("FA4_GEN_NVRTC=/nonexistent/libnvrtc.so.13 does not name libnvrtc.so.13"),
+        "{err}"
+    );
+    assert!(
+        err.contains("pip install nvidia-cuda-nvrtc==13.0.88"),
+        "{err}"
+    );
+    // Nothing that looks like a finished build was left behind.
+    assert!(!dir.path().join("b/report").exists());
+    assert!(!dir.path().join("b/cubin").exists());
+}
+
+#[test]
+fn render_writes_sources_that_name_themselves() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "render",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "96",
+            "--default-only",
+            "-q",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let src_dir = dir.path().join("build/src/sm90");
+    let files: Vec<_> = std::fs::read_dir(&src_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 4, "one per dtype x mask");
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let id = f.file_stem().unwrap().to_str().unwrap();
+        assert!(
+            text.lines().nth(1).unwrap().ends_with(id),
+            "{}",
+            f.display()
+        );
+        assert!(text.contains("head_dim=96"));
+        assert!(text.contains("#include \"fa4/portable/kernel.cuh\""));
+    }
+    // The headers are written beside the sources, so each source compiles on its own.
+    assert!(dir
+        .path()
+        .join("build/include/fa4/portable/kernel.cuh")
+        .is_file());
+}

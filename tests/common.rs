@@ -1,0 +1,31 @@
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs the fa4-gen binary with `args` in `cwd`.
+pub fn fa4_gen(cwd: &Path, args: &[&str]) -> Output {
+    fa4_gen_env(cwd, args, &[])
+}
+
+pub fn fa4_gen_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fa4-gen"));
+    cmd.args(args).current_dir(cwd);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("fa4-gen runs")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// NVRTC, or a panic that says how to get it.
+pub fn nvrtc() -> fa4_gen::compile::Nvrtc {
+    fa4_gen::compile::Nvrtc::load().unwrap_or_else(|e| {
+        panic!("these tests compile kernels and need NVRTC ({e}); the README's test command installs it")
+    })
+}

@@ -1,0 +1,252 @@
+//! The compile pipeline end to end through NVRTC: every arch and head dim, resource
+//! reports, caching, rejection of spilling configs, and compile errors.
+
+use std::collections::BTreeMap;
+
+use fa4_gen::compile::{self, BuildDir, Outcome, Report, Silent};
+use fa4_gen::render::Renderer;
+use fa4_gen::space::{self, Candidate, RejectKind, Template};
+use fa4_gen::spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
+use fa4_gen::templates::TemplateSet;
+
+use crate::common::{fa4_gen, nvrtc, stderr, stdout};
+
+/// Every template's default, for every arch it supports and every head dim it offers,
+/// compiled through the CLI; then the reports are read back and checked.
+#[test]
+fn defaults_compile_for_every_arch_and_head_dim() {
+    let dir = tempfile::tempdir().unwrap();
+    let archs = Arch::ALL.map(|a| a.name()).join(",");
+    let args = [
+        "compile",
+        "--arch",
+        &archs,
+        "--default-only",
+        "--dtype",
+        "bf16",
+        "--mask",
+        "causal",
+        "-q",
+    ];
+    let out = fa4_gen(dir.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let build = BuildDir::new(dir.path().join("build"));
+    let mut seen = 0;
+    for arch in Arch::ALL {
+        let report: Report = build.load_report(arch).unwrap().expect("a report per arch");
+        assert!(report.rejected.is_empty(), "{arch}: {:?}", report.rejected);
+        for t in Template::ALL
+            .into_iter()
+            .filter(|t| t.archs().contains(&arch))
+        {
+            for &(d, dv) in t.head_dims() {
+                let k = report
+                    .kernels
+                    .iter()
+                    .find(|k| {
+                        k.candidate.template == t
+                            && k.candidate.spec.head_dim == d
+                            && k.candidate.spec.head_dim_v == dv
+                    })
+                    .unwrap_or_else(|| panic!("{arch} d{d}: not built"));
+                let r = &k.resources;
+                assert!(k.is_default);
+                assert!(
+                    (32..=255).contains(&r.registers),
+                    "{}: {} registers",
+                    k.id,
+                    r.registers
+                );
+                assert_eq!(
+                    (r.spill_stores, r.spill_loads, r.stack_frame),
+                    (0, 0, 0),
+                    "{}",
+                    k.id
+                );
+                assert!(r.barriers >= 1, "{}: the kernel synchronises", k.id);
+                assert!(k.footprint.smem_bytes <= arch.max_smem_per_block());
+                assert_eq!(k.footprint.threads, k.candidate.config.warps * 32);
+                let cubin = build.read_cubin(k).unwrap();
+                assert_eq!(&cubin[..4], b"\x7fELF", "{}: a cubin is an ELF image", k.id);
+                assert!(build.path(&k.source).is_file());
+                seen += 1;
+            }
+        }
+        // The checking kernels of `verify` are built beside them.
+        let support: Vec<_> = std::fs::read_dir(build.path(&format!("cubin/{arch}")))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with("fa4_verify_"))
+            .collect();
+        assert_eq!(support.len(), 1, "{arch}");
+    }
+    assert_eq!(seen, 30);
+
+    // A second run finds everything in place and compiles nothing.
+    let again = fa4_gen(dir.path(), &args[..args.len() - 1]);
+    assert!(again.status.success());
+    assert!(
+        stdout(&again).contains("30 kernels ready (30 cached)"),
+        "{}",
+        stdout(&again)
+    );
+}
+
+/// The real ptxas verdict: a config that passes the static checks but spills on sm90 is
+/// rejected with the reason and leaves no cubin; the default beside it is built.
+#[test]
+fn spilling_configs_are_rejected_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let renderer = Renderer::embedded().unwrap();
+    let build = BuildDir::new(dir.path());
+    let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+    // 32 rows per warp with 128-wide key blocks at head dim 128: 192 accumulator
+    // registers per thread plus Q fragments; ptxas spills.
+    let heavy = TileConfig {
+        block_m: 128,
+        block_n: 128,
+        warps: 4,
+        stages: 1,
+        switches: BTreeMap::from([("qregs".to_string(), 0)]),
+    };
+    let mut planned: Vec<_> = space::plan(Template::Portable, &spec)
+        .into_iter()
+        .filter(|p| p.is_default)
+        .collect();
+    planned.push(space::Planned {
+        candidate: Candidate {
+            template: Template::Portable,
+            spec,
+            config: heavy.clone(),
+        },
+        is_default: false,
+        verdict: Ok(space::Footprint {
+            threads: 128,
+            block_m: 128,
+            smem_bytes: 104_448,
+            est_registers: 250,
+        }),
+    });
+    let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
+    assert!(summary.failures.is_empty());
+    let rejected: Vec<_> = summary.rejected().collect();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].candidate.config, heavy);
+    assert_eq!(rejected[0].rejection.kind, RejectKind::Spills);
+    assert!(
+        rejected[0].rejection.reason.contains("spills registers"),
+        "{}",
+        rejected[0].rejection.reason
+    );
+    let cubin = build.path(&BuildDir::cubin_rel(Arch::Sm90, &rejected[0].id));
+    assert!(!cubin.exists(), "no cubin for a rejected kernel");
+    assert_eq!(summary.built().count(), 1);
+
+    let report = build.load_report(Arch::Sm90).unwrap().unwrap();
+    assert_eq!(report.kernels.len(), 1);
+    assert_eq!(report.rejected.len(), 1);
+}
+
+/// A template that does not compile: the error names the rendered file and carries
+/// NVRTC's log; nothing is reported as built.
+#[test]
+fn compile_errors_name_the_file_and_show_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut templates = TemplateSet::embedded();
+    let body = templates
+        .get("include/fa4/portable/kernel.cuh")
+        .unwrap()
+        .to_string();
+    templates.insert(
+        "include/fa4/portable/kernel.cuh",
+        body.replace(
+            "softmax.init();",
+            "softmax.init(); undeclared_identifier_here = 1;",
+        ),
+    );
+    let renderer = Renderer::new(templates).unwrap();
+    let build = BuildDir::new(dir.path());
+    let spec = KernelSpec::new(Arch::Sm80, Dtype::Fp16, 64, MaskKind::Causal);
+    let planned: Vec<_> = space::plan(Template::Portable, &spec)
+        .into_iter()
+        .filter(|p| p.is_default)
+        .collect();
+    let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
+    assert_eq!(summary.failures.len(), 1);
+    let (path, failure) = &summary.failures[0];
+    assert!(
+        path.starts_with(dir.path().join("src/sm80")) && path.extension().unwrap() == "cu",
+        "{}",
+        path.display()
+    );
+    assert!(path.is_file(), "the rendered source is kept for reading");
+    assert!(
+        failure.log.contains("undeclared_identifier_here"),
+        "{}",
+        failure.log
+    );
+    assert!(failure.to_string().contains(&path.display().to_string()));
+    assert!(
+        matches!(&summary.outcomes[0], Outcome::Rejected(r) if r.rejection.kind == RejectKind::Compile)
+    );
+    assert!(build
+        .load_report(Arch::Sm80)
+        .unwrap()
+        .unwrap()
+        .kernels
+        .is_empty());
+}
+
+/// Editing a header gives new ids; the next build drops the old version's entries and
+/// files instead of mixing two versions of a template in one report.
+#[test]
+fn an_edited_header_replaces_stale_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = BuildDir::new(dir.path());
+    let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
+    let planned: Vec<_> = space::plan(Template::Portable, &spec)
+        .into_iter()
+        .filter(|p| p.is_default)
+        .collect();
+    let nvrtc = nvrtc();
+    let old = Renderer::embedded().unwrap();
+    let first = compile::build(&nvrtc, &old, &build, &planned, &Silent).unwrap();
+    let old_kernel = first.built().next().unwrap().clone();
+
+    let mut templates = TemplateSet::embedded();
+    let mask = templates
+        .get("include/fa4/common/mask.cuh")
+        .unwrap()
+        .to_string();
+    templates.insert("include/fa4/common/mask.cuh", mask + "\n// an edit\n");
+    let new = Renderer::new(templates).unwrap();
+    let second = compile::build(&nvrtc, &new, &build, &planned, &Silent).unwrap();
+    let new_kernel = second.built().next().unwrap();
+    assert_ne!(new_kernel.id, old_kernel.id);
+    assert_eq!(
+        second.compiled, 1,
+        "a changed header is never served from cache"
+    );
+
+    let report = build.load_report(Arch::Sm90).unwrap().unwrap();
+    assert_eq!(report.kernels.len(), 1);
+    assert_eq!(report.kernels[0].id, new_kernel.id);
+    assert!(
+        !build.path(&old_kernel.cubin).exists(),
+        "stale cubin removed"
+    );
+}
+
+#[test]
+fn corrupt_report_is_an_error_not_a_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = BuildDir::new(dir.path());
+    std::fs::create_dir_all(dir.path().join("report")).unwrap();
+    std::fs::write(build.report_path(Arch::Sm90), b"{ not json").unwrap();
+    let err = build.load_report(Arch::Sm90).unwrap_err().to_string();
+    assert!(
+        err.contains("sm90.json") && err.contains("delete it or choose another --out"),
+        "{err}"
+    );
+}
