@@ -37,6 +37,8 @@ pub enum Command {
     Compile(CompileArgs),
     /// Run kernels on the GPU and check them against an f32 reference.
     Verify(VerifyArgs),
+    /// Time kernels on the FlashAttention-3 paper's grid, in the peers' row format.
+    Bench(BenchArgs),
 }
 
 /// Which kernel specs to work on; every list is comma separated.
@@ -125,6 +127,43 @@ pub struct VerifyArgs {
     pub json: Option<PathBuf>,
 }
 
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Head dims.
+    #[arg(long = "head-dim", value_delimiter = ',', default_values_t = [64, 128, 256])]
+    pub head_dim: Vec<u32>,
+    /// Sequence lengths (batch = total tokens / seqlen).
+    #[arg(long, value_delimiter = ',', default_values_t = [512, 1024, 2048, 4096, 8192, 16384])]
+    pub seqlen: Vec<i32>,
+    /// Masks: none, causal.
+    #[arg(long, value_delimiter = ',', default_values = ["none", "causal"])]
+    pub mask: Vec<String>,
+    /// Element type.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Tokens per batch.
+    #[arg(long, default_value_t = 16384)]
+    pub total_tokens: i32,
+    /// Hidden size: heads = hidden / head dim.
+    #[arg(long, default_value_t = 2048)]
+    pub hidden: i32,
+    /// Time every compiled config of each spec, not only the default.
+    #[arg(long)]
+    pub all_configs: bool,
+    /// Kernel time spent per (kernel, cell), in milliseconds.
+    #[arg(long, default_value_t = 200.0)]
+    pub budget_ms: f64,
+    /// Build folder to take cubins from (kernels missing there are compiled into it).
+    #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
+    pub build_dir: PathBuf,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Write the rows as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
 /// A failure of a command, with its exit status.
 #[derive(Debug)]
 pub enum CliError {
@@ -150,6 +189,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Render(a) => render(a, quiet),
         Command::Compile(a) => compile_cmd(a, quiet),
         Command::Verify(a) => verify_cmd(a, quiet),
+        Command::Bench(a) => bench_cmd(a, quiet),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -587,21 +627,6 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
     // Validate the selection before touching the GPU, so a typo fails fast anywhere.
     let requested: Vec<Arch> = parse_list(&a.spec.arch)?;
     let _ = a.spec.specs(&Arch::ALL)?;
-    let gpu = Gpu::open(a.device)?;
-    let Some(arch) = gpu.info.arch else {
-        let (ma, mi) = gpu.info.compute_capability;
-        return Err(CliError::Failed(format!(
-            "{} (compute capability {ma}.{mi}) is not a GPU fa4-gen has kernels for (sm80 and newer)",
-            gpu.info.name
-        )));
-    };
-    if let Some(other) = requested.iter().find(|r| **r != arch) {
-        return Err(CliError::Usage(format!(
-            "--arch {other} kernels cannot run on the visible GPU, {} ({arch}): verify checks kernels for the GPU it runs on",
-            gpu.info.name
-        )));
-    }
-    let specs = a.spec.specs(&[arch])?;
     let cases: Vec<verify::Case> = verify::standard_cases()
         .into_iter()
         .filter(|c| a.cases.is_empty() || a.cases.contains(&c.name))
@@ -616,32 +641,10 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
             names.join(", ")
         )));
     }
-
-    // The kernels: from the build folder, compiling what is missing.
-    let renderer = Renderer::embedded()?;
+    let (gpu, arch) = open_gpu(a.device, &requested)?;
+    let specs = a.spec.specs(&[arch])?;
     let dir = BuildDir::new(&a.build_dir);
-    let planned: Vec<Planned> = plan_all(&specs, !a.all_configs)
-        .into_iter()
-        .filter(|p| p.verdict.is_ok())
-        .collect();
-    let mut kernels = ready_kernels(&renderer, &dir, arch, &planned)?;
-    let mut support = dir.path(&verify::support_cubin_rel(renderer.templates(), arch));
-    if kernels.len() < planned.len() || !support.is_file() {
-        let nvrtc = load_nvrtc(quiet).map_err(|e| match e {
-            CliError::Failed(m) | CliError::Usage(m) => CliError::Failed(format!(
-                "{} kernels are not built in {} and NVRTC cannot build them: {m}",
-                planned.len() - kernels.len(),
-                dir.root().display()
-            )),
-        })?;
-        let summary = compile::build(&nvrtc, &renderer, &dir, &planned, &BarReporter::new(quiet))?;
-        check_build(&summary)?;
-        support = verify::build_support(&nvrtc, renderer.templates(), &dir, arch)
-            .map_err(CliError::Failed)?;
-        kernels = ready_kernels(&renderer, &dir, arch, &planned)?;
-    }
-    let support = verify::Support::load(&gpu, &std::fs::read(&support)?)?;
-
+    let (kernels, support) = device_kernels(&gpu, arch, &specs, a.all_configs, &dir, quiet)?;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -708,6 +711,181 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
     }
     if failed > 0 {
         return Err(CliError::Failed(format!("{failed} checks failed")));
+    }
+    Ok(())
+}
+
+/// Opens the GPU and checks it is one fa4-gen has kernels for (and the one asked for).
+fn open_gpu(device: usize, requested: &[Arch]) -> Result<(Gpu, Arch), CliError> {
+    let gpu = Gpu::open(device)?;
+    let Some(arch) = gpu.info.arch else {
+        let (ma, mi) = gpu.info.compute_capability;
+        return Err(CliError::Failed(format!(
+            "{} (compute capability {ma}.{mi}) is not a GPU fa4-gen has kernels for (sm80 and newer)",
+            gpu.info.name
+        )));
+    };
+    if let Some(other) = requested.iter().find(|r| **r != arch) {
+        return Err(CliError::Usage(format!(
+            "--arch {other} kernels cannot run on the visible GPU, {} ({arch}): GPU commands work on the GPU they run on",
+            gpu.info.name
+        )));
+    }
+    Ok((gpu, arch))
+}
+
+/// The kernels of `specs` (defaults, or every config that passes the static checks)
+/// and the checking kernels, loaded from the build folder; whatever is missing there is
+/// compiled into it first (NVRTC is on the GPU hosts' loader path).
+fn device_kernels(
+    gpu: &Gpu,
+    arch: Arch,
+    specs: &[(Template, KernelSpec)],
+    all_configs: bool,
+    dir: &BuildDir,
+    quiet: bool,
+) -> Result<(Vec<(BuiltKernel, Vec<u8>)>, verify::Support), CliError> {
+    let renderer = Renderer::embedded()?;
+    let planned: Vec<Planned> = plan_all(specs, !all_configs)
+        .into_iter()
+        .filter(|p| p.verdict.is_ok())
+        .collect();
+    let mut kernels = ready_kernels(&renderer, dir, arch, &planned)?;
+    let mut support = dir.path(&verify::support_cubin_rel(renderer.templates(), arch));
+    let missing_kernels = kernels.len() < planned.len();
+    if missing_kernels || !support.is_file() {
+        let nvrtc = load_nvrtc(quiet).map_err(|e| match e {
+            CliError::Failed(m) | CliError::Usage(m) => CliError::Failed(format!(
+                "kernels are missing from {} and NVRTC cannot build them: {m}",
+                dir.root().display()
+            )),
+        })?;
+        if missing_kernels {
+            let summary =
+                compile::build(&nvrtc, &renderer, dir, &planned, &BarReporter::new(quiet))?;
+            check_build(&summary)?;
+            kernels = ready_kernels(&renderer, dir, arch, &planned)?;
+        }
+        support = verify::build_support(&nvrtc, renderer.templates(), dir, arch)
+            .map_err(CliError::Failed)?;
+    }
+    let support = verify::Support::load(gpu, &std::fs::read(&support)?)?;
+    Ok((kernels, support))
+}
+
+// ---- bench ---------------------------------------------------------------------------------
+
+fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
+    let dtype: Dtype = a
+        .dtype
+        .parse()
+        .map_err(|e: ParseError| CliError::Usage(e.to_string()))?;
+    let masks: Vec<MaskKind> = parse_list(&a.mask)?;
+    if let Some(s) = a.seqlen.iter().find(|s| **s < 1) {
+        return Err(CliError::Usage(format!(
+            "--seqlen {s} is not a positive length"
+        )));
+    }
+    let spec_args = SpecArgs {
+        arch: Vec::new(),
+        head_dim: a.head_dim.iter().map(u32::to_string).collect(),
+        dtype: vec![dtype.name().to_string()],
+        mask: masks.iter().map(|m| m.name().to_string()).collect(),
+        template: Vec::new(),
+    };
+    let _ = spec_args.specs(&Arch::ALL)?;
+    let (gpu, arch) = open_gpu(a.device, &[])?;
+    let specs = spec_args.specs(&[arch])?;
+    let dir = BuildDir::new(&a.build_dir);
+    let (kernels, support) = device_kernels(&gpu, arch, &specs, a.all_configs, &dir, quiet)?;
+    let mut flush = crate::bench::L2Flush::new(&gpu)?;
+    println!(
+        "bench on {} ({arch}, {} SMs, driver CUDA {}), {} kernels, {} tokens, hidden {}",
+        gpu.info.name,
+        gpu.info.sm_count,
+        gpu.info.driver,
+        kernels.len(),
+        a.total_tokens,
+        a.hidden
+    );
+    println!(
+        "{:>4} {:>6} {:>6} {:>5} {:>5} {:<20} {:>9} {:>8}",
+        "hdim", "seqlen", "causal", "batch", "heads", "config", "ms", "TFLOP/s"
+    );
+    let causal: Vec<bool> = masks.iter().map(|m| *m == MaskKind::Causal).collect();
+    let grid = crate::bench::paper_grid(&a.head_dim, &a.seqlen, &causal, a.total_tokens, a.hidden);
+    let mut rows = Vec::new();
+    for cell in &grid {
+        let mask = if cell.causal {
+            MaskKind::Causal
+        } else {
+            MaskKind::None
+        };
+        let mut cell_kernels: Vec<&(BuiltKernel, Vec<u8>)> = kernels
+            .iter()
+            .filter(|(k, _)| {
+                k.candidate.spec.head_dim == cell.head_dim && k.candidate.spec.mask == mask
+            })
+            .collect();
+        cell_kernels.sort_by_key(|(k, _)| !k.is_default);
+        let Some((first, _)) = cell_kernels.first() else {
+            continue;
+        };
+        let buffers =
+            crate::bench::CellBuffers::new(&gpu, &support, &first.candidate.spec, cell, 0x5eed)?;
+        let mut best: Option<crate::bench::Row> = None;
+        for (built, cubin) in cell_kernels {
+            let kernel = FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
+            let times =
+                crate::bench::time_kernel(&gpu, &kernel, &buffers.params, &mut flush, a.budget_ms)?;
+            let config = built.candidate.config.tag();
+            let backend = if built.is_default {
+                "fa4-gen".to_string()
+            } else {
+                format!("fa4-gen:{config}")
+            };
+            let row = crate::bench::row(
+                &built.candidate.spec,
+                cell,
+                &times,
+                &built.id.0,
+                &config,
+                built.is_default,
+                &backend,
+            );
+            println!(
+                "{:>4} {:>6} {:>6} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}",
+                row.hdim,
+                row.seqlen,
+                row.causal,
+                row.batch,
+                row.heads,
+                config,
+                row.ms,
+                row.tflops,
+                if built.is_default { "  (default)" } else { "" }
+            );
+            if best.as_ref().is_none_or(|b| row.ms < b.ms) {
+                best = Some(row.clone());
+            }
+            rows.push(row);
+        }
+        if a.all_configs {
+            if let Some(mut b) = best {
+                println!(
+                    "{:>4} {:>6} {:>6} best: {} at {:.1} TFLOP/s",
+                    b.hdim, b.seqlen, b.causal, b.config, b.tflops
+                );
+                b.backend = "fa4-gen-best".into();
+                rows.push(b);
+            }
+        }
+    }
+    if let Some(path) = &a.json {
+        crate::fsutil::write_atomic(
+            path,
+            (serde_json::to_string_pretty(&rows).expect("serialises") + "\n").as_bytes(),
+        )?;
     }
     Ok(())
 }

@@ -10,6 +10,7 @@
 //!
 //! The CLI (`src/main.rs`, `cli`) is a thin layer over these.
 
+pub mod bench;
 pub mod cli;
 pub mod compile;
 pub mod fsutil;

@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use cudarc::driver::{CudaSlice, PushKernelArg};
 use fa4_spec::{fnv1a64, Arch, Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
@@ -165,6 +166,30 @@ pub fn build_support(
 }
 
 impl Support {
+    /// Fills `buf` with standard normal samples in the dtype (bf16 or fp16).
+    pub fn fill_normal(
+        &self,
+        gpu: &Gpu,
+        buf: &CudaSlice<u16>,
+        seed: u64,
+        bf16: bool,
+    ) -> Result<(), GpuError> {
+        let n = buf.len() as u64;
+        let is_bf16 = bf16 as i32;
+        // SAFETY: fill_normal(u16*, u64, u64, int) over a buffer of n elements.
+        unsafe {
+            gpu.stream()
+                .launch_builder(&self.fill_normal)
+                .arg(buf)
+                .arg(&n)
+                .arg(&seed)
+                .arg(&is_bf16)
+                .launch(grid_for(buf.len()))
+        }
+        .map(|_| ())
+        .map_err(driver("cuLaunchKernel(fill_normal)"))
+    }
+
     pub fn load(gpu: &Gpu, cubin: &[u8]) -> Result<Self, GpuError> {
         let module = gpu.load_module(cubin)?;
         let f = |name: &str| gpu.function(&module, name, 0);
@@ -197,7 +222,6 @@ pub fn run_case(
     case: &Case,
     seed: u64,
 ) -> Result<CaseResult, GpuError> {
-    use cudarc::driver::PushKernelArg;
     let spec = built.candidate.spec;
     let (d, dv) = (spec.head_dim as i64, spec.head_dim_v as i64);
     let (b, sq, sk) = (
@@ -233,23 +257,9 @@ pub fn run_case(
     let stream = gpu.stream();
 
     // Inputs: a different stream of samples per tensor.
-    for (i, (buf, len)) in [(&q, q_len), (&k, k_len), (&v, v_len)]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, buf) in [&q, &k, &v].into_iter().enumerate() {
         let tensor_seed = seed ^ (0x1234_5678_9abc_def1u64.wrapping_mul(i as u64 + 1));
-        let n = len as u64;
-        // SAFETY: fill_normal(u16*, u64, u64, int) over a buffer of `len` elements.
-        unsafe {
-            stream
-                .launch_builder(&support.fill_normal)
-                .arg(buf)
-                .arg(&n)
-                .arg(&tensor_seed)
-                .arg(&is_bf16)
-                .launch(grid_for(len))
-        }
-        .map_err(driver("cuLaunchKernel(fill_normal)"))?;
+        support.fill_normal(gpu, buf, tensor_seed, is_bf16 == 1)?;
     }
     let (o_alloc, o_rows, o_stride, o_elems) = (
         o_len as u64,
