@@ -30,7 +30,7 @@ fn list_json_is_the_whole_space() {
     );
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows.len(), 4 * 36, "4 specs x 36 candidates");
+    assert_eq!(rows.len(), 4 * 54, "4 specs x 54 candidates");
     assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 4);
     let pruned: Vec<_> = rows
         .iter()

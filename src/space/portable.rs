@@ -19,7 +19,7 @@ const Q_IN_REGS: &str = "qregs";
 /// (block_m, warps): each warp owns 16 or 32 query rows.
 const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
 const BLOCK_N: &[u32] = &[32, 64, 128];
-const STAGES: &[u32] = &[1, 2];
+const STAGES: &[u32] = &[1, 2, 3];
 
 fn config(block_m: u32, warps: u32, block_n: u32, stages: u32, q_in_regs: u32) -> TileConfig {
     TileConfig {
@@ -145,7 +145,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     } else if spec.head_dim <= 128 {
         &[(128, 8, 64, 2), (64, 4, 64, 2), (64, 4, 32, 1)]
     } else {
-        &[(128, 8, 32, 2), (64, 4, 32, 2), (64, 4, 32, 1)]
+        &[(128, 8, 32, 2), (128, 8, 32, 1), (64, 4, 32, 1)]
     };
     preferences
         .iter()

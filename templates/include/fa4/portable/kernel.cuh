@@ -24,25 +24,59 @@ namespace portable {
 
 // ---- load / store of row-major tiles, 16 bytes per thread per step ----------------------
 
-// Rows [0, kRows) of a global tile into padded shared memory; rows >= valid_rows are
-// zero-filled without touching global memory.
+// Copies a kRows x kCols row-major global tile into padded shared memory, 16 bytes per
+// cp.async. Which chunks a thread copies never changes, so its offsets are computed once
+// per kernel and a tile load is an add per step: this keeps address arithmetic out of
+// the registers the accumulators need. Rows >= valid_rows are zero-filled without
+// touching global memory.
 template <int kRows, int kCols, int kPitch, int kThreads>
-__device__ __forceinline__ void load_tile_async(u16* smem, const u16* gmem, i64 row_stride,
-                                                int valid_rows, int tid) {
-    constexpr int kChunksPerRow = kCols / 8;
-    constexpr int kChunks = kRows * kChunksPerRow;
+struct TileCopy {
+    static constexpr int kChunksPerRow = kCols / 8;
+    static constexpr int kChunks = kRows * kChunksPerRow;
+    static constexpr int kSteps = CeilDiv<kChunks, kThreads>::value;
+    // Each step covers whole rows when the thread count is a multiple of the row's chunks.
+    static constexpr bool kWholeRows = kThreads % kChunksPerRow == 0;
+    static constexpr int kRowsPerStep = kWholeRows ? kThreads / kChunksPerRow : 0;
+
+    int tid;
+    int row;          // first row this thread copies
+    i64 row_stride;   // global, elements
+    i64 gmem_offset;  // row * row_stride + column, elements
+    u32 smem_offset;  // (row * kPitch + column) * 2, bytes
+
+    __device__ __forceinline__ TileCopy(int tid_, i64 row_stride_) : tid(tid_), row_stride(row_stride_) {
+        row = tid / kChunksPerRow;
+        const int col = (tid % kChunksPerRow) * 8;
+        gmem_offset = row * row_stride + col;
+        smem_offset = u32(row * kPitch + col) * 2;
+    }
+
+    __device__ __forceinline__ void load(u32 smem_tile, const u16* gmem_tile, int valid_rows) const {
+        if constexpr (kWholeRows) {
 #pragma unroll
-    for (int step = 0; step < CeilDiv<kChunks, kThreads>::value; ++step) {
-        const int chunk = step * kThreads + tid;
-        if (kChunks % kThreads == 0 || chunk < kChunks) {
-            const int row = chunk / kChunksPerRow;
-            const int col = (chunk % kChunksPerRow) * 8;
-            const bool valid = row < valid_rows;
-            const u16* src = valid ? gmem + row * row_stride + col : gmem;
-            cp_async_16(smem_u32(smem + row * kPitch + col), src, valid);
+            for (int step = 0; step < kSteps; ++step) {
+                const int r = row + step * kRowsPerStep;
+                if (kRows % kRowsPerStep == 0 || r < kRows) {
+                    const bool valid = r < valid_rows;
+                    const u16* src = gmem_tile + (valid ? gmem_offset + step * kRowsPerStep * row_stride : 0);
+                    cp_async_16(smem_tile + smem_offset + step * kRowsPerStep * kPitch * 2, src, valid);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int step = 0; step < kSteps; ++step) {
+                const int chunk = step * kThreads + tid;
+                if (kChunks % kThreads == 0 || chunk < kChunks) {
+                    const int r = chunk / kChunksPerRow;
+                    const int col = (chunk % kChunksPerRow) * 8;
+                    const bool valid = r < valid_rows;
+                    const u16* src = gmem_tile + (valid ? r * row_stride + col : 0);
+                    cp_async_16(smem_tile + u32(r * kPitch + col) * 2, src, valid);
+                }
+            }
         }
     }
-}
+};
 
 // Rows [0, valid_rows) of a padded shared-memory tile out to global memory.
 template <int kRows, int kCols, int kPitch, int kThreads>
@@ -81,7 +115,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     u16* const k_smem = q_smem + T::kSmemQO;
     u16* const v_smem = k_smem + kStages * T::kSmemK;
 
-    const int m_block = blockIdx.x;
+    // Causal blocks further down the sequence see more keys: launch those first (the
+    // longest-processing-time order), so the short blocks fill the tail of the grid.
+    const int m_block = T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int head = blockIdx.y;
     const int batch = blockIdx.z;
     const int kv_head = head / (params.heads_q / params.heads_kv);
@@ -105,19 +141,21 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + batch * params.v_batch_stride +
                               kv_head * params.v_head_stride;
 
+    const TileCopy<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads> k_copy(tid, params.k_row_stride);
+    const TileCopy<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads> v_copy(tid, params.v_row_stride);
+    const u32 k_smem_addr = smem_u32(k_smem);
+    const u32 v_smem_addr = smem_u32(v_smem);
     auto load_k = [&](int tile) {
         const int n_block = n_tiles - 1 - tile;
-        load_tile_async<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads>(
-            k_smem + (tile % kStages) * T::kSmemK,
-            k_gmem + i64(n_block) * T::kBlockN * params.k_row_stride, params.k_row_stride,
-            params.seqlen_k - n_block * T::kBlockN, tid);
+        k_copy.load(k_smem_addr + (tile % kStages) * T::kSmemK * 2,
+                    k_gmem + i64(n_block) * T::kBlockN * params.k_row_stride,
+                    params.seqlen_k - n_block * T::kBlockN);
     };
     auto load_v = [&](int tile) {
         const int n_block = n_tiles - 1 - tile;
-        load_tile_async<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads>(
-            v_smem + (tile % kStages) * T::kSmemV,
-            v_gmem + i64(n_block) * T::kBlockN * params.v_row_stride, params.v_row_stride,
-            params.seqlen_k - n_block * T::kBlockN, tid);
+        v_copy.load(v_smem_addr + (tile % kStages) * T::kSmemV * 2,
+                    v_gmem + i64(n_block) * T::kBlockN * params.v_row_stride,
+                    params.seqlen_k - n_block * T::kBlockN);
     };
 
     // Lane offsets (in elements) of the row each lane hands to ldmatrix.
@@ -131,8 +169,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // ---- load: Q, then the first K/V tiles --------------------------------------------
     // Every stage commits its cp.async groups even when it has nothing to load, so the
     // wait counts below are the same constants on every iteration.
-    load_tile_async<T::kBlockM, T::kHeadDim, T::kPitchQK, T::kThreads>(
-        q_smem, q_gmem, params.q_row_stride, params.seqlen_q - row_begin, tid);
+    TileCopy<T::kBlockM, T::kHeadDim, T::kPitchQK, T::kThreads>(tid, params.q_row_stride)
+        .load(smem_u32(q_smem), q_gmem, params.seqlen_q - row_begin);
     cp_async_commit();
     // kStages == 1 is FlashAttention-2's schedule: one K and one V buffer, K(t+1) loads
     // under softmax and PV of tile t, V(t+1) under QK of tile t+1. kStages >= 2 is a ring
