@@ -24,8 +24,6 @@ fn defaults_compile_for_every_arch_and_head_dim() {
         "--default-only",
         "--dtype",
         "bf16",
-        "--mask",
-        "causal",
         "-q",
     ];
     let out = fa4_gen(dir.path(), &args);
@@ -40,16 +38,22 @@ fn defaults_compile_for_every_arch_and_head_dim() {
             .into_iter()
             .filter(|t| t.archs().contains(&arch))
         {
-            for &(d, dv) in t.head_dims() {
+            for (&(d, dv), mask) in t
+                .head_dims()
+                .iter()
+                .flat_map(|d| MaskKind::ALL.map(|m| (d, m)))
+            {
                 let k = report
                     .kernels
                     .iter()
                     .find(|k| {
+                        let s = &k.candidate.spec;
                         k.candidate.template == t
-                            && k.candidate.spec.head_dim == d
-                            && k.candidate.spec.head_dim_v == dv
+                            && s.head_dim == d
+                            && s.head_dim_v == dv
+                            && s.mask == mask
                     })
-                    .unwrap_or_else(|| panic!("{arch} d{d}: not built"));
+                    .unwrap_or_else(|| panic!("{arch} d{d} {mask}: not built"));
                 let r = &k.resources;
                 assert!(k.is_default);
                 assert!(
@@ -81,13 +85,13 @@ fn defaults_compile_for_every_arch_and_head_dim() {
             .collect();
         assert_eq!(support.len(), 1, "{arch}");
     }
-    assert_eq!(seen, 30);
+    assert_eq!(seen, 60);
 
     // A second run finds everything in place and compiles nothing.
     let again = fa4_gen(dir.path(), &args[..args.len() - 1]);
     assert!(again.status.success());
     assert!(
-        stdout(&again).contains("30 kernels ready (30 cached)"),
+        stdout(&again).contains("60 kernels ready (60 cached)"),
         "{}",
         stdout(&again)
     );

@@ -39,27 +39,25 @@ struct TileCopy {
     static constexpr int kRowsPerStep = kWholeRows ? kThreads / kChunksPerRow : 0;
 
     int tid;
-    int row;          // first row this thread copies
-    i64 row_stride;   // global, elements
-    i64 gmem_offset;  // row * row_stride + column, elements
-    u32 smem_offset;  // (row * kPitch + column) * 2, bytes
+    int row;  // first row this thread copies
+    int col;  // its column, elements
 
-    __device__ __forceinline__ TileCopy(int tid_, i64 row_stride_) : tid(tid_), row_stride(row_stride_) {
+    __device__ __forceinline__ explicit TileCopy(int tid_) : tid(tid_) {
         row = tid / kChunksPerRow;
-        const int col = (tid % kChunksPerRow) * 8;
-        gmem_offset = row * row_stride + col;
-        smem_offset = u32(row * kPitch + col) * 2;
+        col = (tid % kChunksPerRow) * 8;
     }
 
-    __device__ __forceinline__ void load(u32 smem_tile, const u16* gmem_tile, int valid_rows) const {
+    __device__ __forceinline__ void load(u32 smem_tile, const u16* gmem_tile, i64 row_stride,
+                                         int valid_rows) const {
         if constexpr (kWholeRows) {
+            const u32 smem_thread = smem_tile + u32(row * kPitch + col) * 2;
 #pragma unroll
             for (int step = 0; step < kSteps; ++step) {
                 const int r = row + step * kRowsPerStep;
                 if (kRows % kRowsPerStep == 0 || r < kRows) {
                     const bool valid = r < valid_rows;
-                    const u16* src = gmem_tile + (valid ? gmem_offset + step * kRowsPerStep * row_stride : 0);
-                    cp_async_16(smem_tile + smem_offset + step * kRowsPerStep * kPitch * 2, src, valid);
+                    const u16* src = gmem_tile + (valid ? r * row_stride + col : 0);
+                    cp_async_16(smem_thread + step * kRowsPerStep * kPitch * 2, src, valid);
                 }
             }
         } else {
@@ -68,10 +66,10 @@ struct TileCopy {
                 const int chunk = step * kThreads + tid;
                 if (kChunks % kThreads == 0 || chunk < kChunks) {
                     const int r = chunk / kChunksPerRow;
-                    const int col = (chunk % kChunksPerRow) * 8;
+                    const int c = (chunk % kChunksPerRow) * 8;
                     const bool valid = r < valid_rows;
-                    const u16* src = gmem_tile + (valid ? r * row_stride + col : 0);
-                    cp_async_16(smem_tile + u32(r * kPitch + col) * 2, src, valid);
+                    const u16* src = gmem_tile + (valid ? r * row_stride + c : 0);
+                    cp_async_16(smem_tile + u32(r * kPitch + c) * 2, src, valid);
                 }
             }
         }
@@ -141,20 +139,20 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + batch * params.v_batch_stride +
                               kv_head * params.v_head_stride;
 
-    const TileCopy<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads> k_copy(tid, params.k_row_stride);
-    const TileCopy<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads> v_copy(tid, params.v_row_stride);
+    const TileCopy<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads> k_copy(tid);
+    const TileCopy<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads> v_copy(tid);
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
     auto load_k = [&](int tile) {
         const int n_block = n_tiles - 1 - tile;
         k_copy.load(k_smem_addr + (tile % kStages) * T::kSmemK * 2,
-                    k_gmem + i64(n_block) * T::kBlockN * params.k_row_stride,
+                    k_gmem + i64(n_block) * T::kBlockN * params.k_row_stride, params.k_row_stride,
                     params.seqlen_k - n_block * T::kBlockN);
     };
     auto load_v = [&](int tile) {
         const int n_block = n_tiles - 1 - tile;
         v_copy.load(v_smem_addr + (tile % kStages) * T::kSmemV * 2,
-                    v_gmem + i64(n_block) * T::kBlockN * params.v_row_stride,
+                    v_gmem + i64(n_block) * T::kBlockN * params.v_row_stride, params.v_row_stride,
                     params.seqlen_k - n_block * T::kBlockN);
     };
 
@@ -169,8 +167,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // ---- load: Q, then the first K/V tiles --------------------------------------------
     // Every stage commits its cp.async groups even when it has nothing to load, so the
     // wait counts below are the same constants on every iteration.
-    TileCopy<T::kBlockM, T::kHeadDim, T::kPitchQK, T::kThreads>(tid, params.q_row_stride)
-        .load(smem_u32(q_smem), q_gmem, params.seqlen_q - row_begin);
+    TileCopy<T::kBlockM, T::kHeadDim, T::kPitchQK, T::kThreads>(tid).load(
+        smem_u32(q_smem), q_gmem, params.q_row_stride, params.seqlen_q - row_begin);
     cp_async_commit();
     // kStages == 1 is FlashAttention-2's schedule: one K and one V buffer, K(t+1) loads
     // under softmax and PV of tile t, V(t+1) under QK of tile t+1. kStages >= 2 is a ring
