@@ -11,7 +11,7 @@ use fa4_spec::{Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
 use crate::gpu::{driver, FwdKernel, Gpu, GpuError};
-use crate::verify::{attention_flops, Case, Support};
+use crate::verify::{attention_flops, Case, Support, TensorPtrs};
 
 /// One cell of a benchmark grid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -21,6 +21,22 @@ pub struct Cell {
     pub batch: i32,
     pub heads: i32,
     pub causal: bool,
+}
+
+impl Cell {
+    /// The cell as a (self-attention, dense-layout) problem.
+    pub fn case(&self) -> Case {
+        Case {
+            name: format!("d{}_s{}", self.head_dim, self.seqlen),
+            batch: self.batch,
+            seqlen_q: self.seqlen,
+            seqlen_k: self.seqlen,
+            heads_q: self.heads,
+            heads_kv: self.heads,
+            row_pad: 0,
+            timed: true,
+        }
+    }
 }
 
 /// The FA3 paper's grid: every (head dim, seqlen, causal) with `total_tokens` tokens and
@@ -100,34 +116,16 @@ impl CellBuffers {
         for (i, buf) in [&q, &k, &v].into_iter().enumerate() {
             support.fill_normal(gpu, buf, seed.wrapping_add(i as u64), is_bf16)?;
         }
-        let scale = 1.0 / (d as f32).sqrt();
-        let params = FwdParams {
-            q: gpu.ptr(&q),
-            k: gpu.ptr(&k),
-            v: gpu.ptr(&v),
-            o: gpu.ptr(&o),
-            lse: gpu.ptr(&lse),
-            q_batch_stride: s * h * d,
-            q_row_stride: h * d,
-            q_head_stride: d,
-            k_batch_stride: s * h * d,
-            k_row_stride: h * d,
-            k_head_stride: d,
-            v_batch_stride: s * h * dv,
-            v_row_stride: h * dv,
-            v_head_stride: dv,
-            o_batch_stride: s * h * dv,
-            o_row_stride: h * dv,
-            o_head_stride: dv,
-            batch: cell.batch,
-            seqlen_q: cell.seqlen,
-            seqlen_k: cell.seqlen,
-            heads_q: cell.heads,
-            heads_kv: cell.heads,
-            softmax_scale: scale,
-            scale_log2: scale * std::f32::consts::LOG2_E,
-            reserved: 0,
-        };
+        let params = cell.case().params(
+            spec,
+            TensorPtrs {
+                q: gpu.ptr(&q),
+                k: gpu.ptr(&k),
+                v: gpu.ptr(&v),
+                o: gpu.ptr(&o),
+                lse: gpu.ptr(&lse),
+            },
+        );
         Ok(CellBuffers {
             _q: q,
             _k: k,
@@ -189,16 +187,6 @@ pub fn row(
     backend: &str,
 ) -> Row {
     let ms = times[times.len() / 2];
-    let case = Case {
-        name: String::new(),
-        batch: cell.batch,
-        seqlen_q: cell.seqlen,
-        seqlen_k: cell.seqlen,
-        heads_q: cell.heads,
-        heads_kv: cell.heads,
-        row_pad: 0,
-        timed: true,
-    };
     Row {
         backend: backend.to_string(),
         dtype: spec.dtype,
@@ -208,7 +196,7 @@ pub fn row(
         heads: cell.heads,
         causal: (spec.mask == MaskKind::Causal) as u8,
         ms,
-        tflops: attention_flops(spec, &case) / (ms * 1e-3) / 1e12,
+        tflops: attention_flops(spec, &cell.case()) / (ms * 1e-3) / 1e12,
         ms_min: times[0],
         ms_max: times[times.len() - 1],
         runs: times.len(),

@@ -744,7 +744,7 @@ fn device_kernels(
     all_configs: bool,
     dir: &BuildDir,
     quiet: bool,
-) -> Result<(Vec<(BuiltKernel, Vec<u8>)>, verify::Support), CliError> {
+) -> Result<(Vec<ReadyKernel>, verify::Support), CliError> {
     let renderer = Renderer::embedded()?;
     let planned: Vec<Planned> = plan_all(specs, !all_configs)
         .into_iter()
@@ -821,7 +821,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         } else {
             MaskKind::None
         };
-        let mut cell_kernels: Vec<&(BuiltKernel, Vec<u8>)> = kernels
+        let mut cell_kernels: Vec<&ReadyKernel> = kernels
             .iter()
             .filter(|(k, _)| {
                 k.candidate.spec.head_dim == cell.head_dim && k.candidate.spec.mask == mask
@@ -890,13 +890,16 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     Ok(())
 }
 
+/// A built kernel with its cubin, read and checked against the build report.
+type ReadyKernel = (BuiltKernel, Vec<u8>);
+
 /// Kernels of `planned` whose cubins are in the build folder and match its report.
 fn ready_kernels(
     renderer: &Renderer,
     dir: &BuildDir,
     arch: Arch,
     planned: &[Planned],
-) -> Result<Vec<(BuiltKernel, Vec<u8>)>, CliError> {
+) -> Result<Vec<ReadyKernel>, CliError> {
     let Some(report) = dir.load_report(arch)? else {
         return Ok(Vec::new());
     };

@@ -281,10 +281,7 @@ pub fn build(
     reporter.start(jobs.len());
     let headers: Vec<(&str, &str)> = renderer.templates().headers().collect();
     let nvrtc_version = nvrtc.version_string();
-    let compiled: Vec<(
-        usize,
-        Result<(Outcome, Option<(PathBuf, CompileFailure)>), BuildError>,
-    )> = jobs
+    let compiled: Vec<(usize, Result<JobResult, BuildError>)> = jobs
         .par_iter()
         .map(|(i, id, footprint)| {
             let result = compile_one(nvrtc, renderer, dir, &headers, &planned[*i], id, footprint);
@@ -329,6 +326,9 @@ pub fn build(
     })
 }
 
+/// What compiling one candidate gave: its outcome, and NVRTC's refusal if it refused.
+type JobResult = (Outcome, Option<(PathBuf, CompileFailure)>);
+
 fn compile_one(
     nvrtc: &Nvrtc,
     renderer: &Renderer,
@@ -337,7 +337,7 @@ fn compile_one(
     p: &Planned,
     id: &KernelId,
     footprint: &Footprint,
-) -> Result<(Outcome, Option<(PathBuf, CompileFailure)>), BuildError> {
+) -> Result<JobResult, BuildError> {
     let c = &p.candidate;
     let arch = c.spec.arch;
     let rendered = renderer.render(c, footprint)?;
