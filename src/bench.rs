@@ -14,13 +14,17 @@ use crate::gpu::{driver, FwdKernel, Gpu, GpuError};
 use crate::verify::{attention_flops, Case, Support, TensorPtrs};
 
 /// One cell of a benchmark grid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Cell {
     pub head_dim: u32,
     pub seqlen: i32,
     pub batch: i32,
     pub heads: i32,
-    pub causal: bool,
+    pub mask: MaskKind,
+    /// Sliding window, for local masks.
+    pub window: (i32, i32),
+    /// Soft-capping value, for softcap kernels.
+    pub softcap: f32,
 }
 
 impl Cell {
@@ -34,30 +38,34 @@ impl Cell {
             heads_q: self.heads,
             heads_kv: self.heads,
             row_pad: 0,
+            window: self.window,
+            softcap: self.softcap,
             timed: true,
         }
     }
 }
 
-/// The FA3 paper's grid: every (head dim, seqlen, causal) with `total_tokens` tokens and
+/// The FA3 paper's grid: every (head dim, seqlen, mask) with `total_tokens` tokens and
 /// `hidden` = heads x head_dim.
 pub fn paper_grid(
     head_dims: &[u32],
     seqlens: &[i32],
-    causal: &[bool],
+    masks: &[MaskKind],
     total_tokens: i32,
     hidden: i32,
 ) -> Vec<Cell> {
     let mut cells = Vec::new();
     for &d in head_dims {
         for &s in seqlens {
-            for &c in causal {
+            for &mask in masks {
                 cells.push(Cell {
                     head_dim: d,
                     seqlen: s,
                     batch: (total_tokens / s).max(1),
                     heads: hidden / d as i32,
-                    causal: c,
+                    mask,
+                    window: (-1, -1),
+                    softcap: 0.0,
                 });
             }
         }
@@ -74,7 +82,11 @@ pub struct Row {
     pub seqlen: i32,
     pub batch: i32,
     pub heads: i32,
+    /// 1 for causal and local masks (compare.py's cell key); `mask` says which.
     pub causal: u8,
+    pub mask: MaskKind,
+    pub window: (i32, i32),
+    pub features: fa4_spec::Features,
     /// Median milliseconds.
     pub ms: f64,
     pub tflops: f64,
@@ -94,6 +106,7 @@ pub struct CellBuffers {
     _v: CudaSlice<u16>,
     _o: CudaSlice<u16>,
     _lse: CudaSlice<f32>,
+    _sinks: CudaSlice<f32>,
     pub params: FwdParams,
 }
 
@@ -116,6 +129,7 @@ impl CellBuffers {
         for (i, buf) in [&q, &k, &v].into_iter().enumerate() {
             support.fill_normal(gpu, buf, seed.wrapping_add(i as u64), is_bf16)?;
         }
+        let sinks = gpu.to_device(&vec![1.0f32; h as usize])?;
         let params = cell.case().params(
             spec,
             TensorPtrs {
@@ -124,6 +138,11 @@ impl CellBuffers {
                 v: gpu.ptr(&v),
                 o: gpu.ptr(&o),
                 lse: gpu.ptr(&lse),
+                sinks: if spec.features.sinks {
+                    gpu.ptr(&sinks)
+                } else {
+                    0
+                },
             },
         );
         Ok(CellBuffers {
@@ -132,6 +151,7 @@ impl CellBuffers {
             _v: v,
             _o: o,
             _lse: lse,
+            _sinks: sinks,
             params,
         })
     }
@@ -194,7 +214,10 @@ pub fn row(
         seqlen: cell.seqlen,
         batch: cell.batch,
         heads: cell.heads,
-        causal: (spec.mask == MaskKind::Causal) as u8,
+        causal: (spec.mask != MaskKind::None) as u8,
+        mask: spec.mask,
+        window: cell.window,
+        features: spec.features,
         ms,
         tflops: attention_flops(spec, &cell.case()) / (ms * 1e-3) / 1e12,
         ms_min: times[0],
@@ -215,7 +238,7 @@ mod tests {
         let grid = paper_grid(
             &[64, 128, 256],
             &[512, 1024, 2048, 4096, 8192, 16384],
-            &[false, true],
+            &[MaskKind::None, MaskKind::Causal],
             16384,
             2048,
         );

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::str::FromStr;
 
 use clap::{Args, Parser, Subcommand};
-use fa4_spec::{fnv1a64, Arch, Dtype, KernelSpec, MaskKind, ParseError};
+use fa4_spec::{fnv1a64, Arch, Dtype, Features, KernelSpec, MaskKind, ParseError};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::compile::{self, BuildDir, BuildSummary, BuiltKernel, Nvrtc, Outcome, Reporter};
@@ -53,9 +53,12 @@ pub struct SpecArgs {
     /// Element types: bf16, fp16 [default: both].
     #[arg(long, value_delimiter = ',')]
     pub dtype: Vec<String>,
-    /// Masks: none, causal [default: both].
+    /// Masks: none, causal, local (a sliding window given at run time) [default: all].
     #[arg(long, value_delimiter = ',')]
     pub mask: Vec<String>,
+    /// Score features: none, sinks, softcap, sinks+softcap [default: none].
+    #[arg(long, value_delimiter = ',')]
+    pub features: Vec<String>,
     /// Templates [default: every template that supports the arch].
     #[arg(long, value_delimiter = ',')]
     pub template: Vec<String>,
@@ -135,9 +138,18 @@ pub struct BenchArgs {
     /// Sequence lengths (batch = total tokens / seqlen).
     #[arg(long, value_delimiter = ',', default_values_t = [512, 1024, 2048, 4096, 8192, 16384])]
     pub seqlen: Vec<i32>,
-    /// Masks: none, causal.
+    /// Masks: none, causal, local.
     #[arg(long, value_delimiter = ',', default_values = ["none", "causal"])]
     pub mask: Vec<String>,
+    /// Score features: none, sinks, softcap, sinks+softcap.
+    #[arg(long, value_delimiter = ',', default_values = ["none"])]
+    pub features: Vec<String>,
+    /// Sliding window LEFT,RIGHT for local masks (-1: unbounded).
+    #[arg(long, value_delimiter = ',', default_values_t = [128, 0], allow_negative_numbers = true)]
+    pub window: Vec<i32>,
+    /// Soft-capping value for softcap kernels.
+    #[arg(long, default_value_t = 50.0)]
+    pub softcap: f32,
     /// Element type.
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
@@ -229,6 +241,10 @@ impl SpecArgs {
         let masks: Vec<MaskKind> = parse_list(&self.mask)?;
         if !masks.is_empty() {
             sel.masks = masks;
+        }
+        let features: Vec<Features> = parse_list(&self.features)?;
+        if !features.is_empty() {
+            sel.features = features;
         }
         let templates: Vec<Template> = parse_list(&self.template)?;
         if !templates.is_empty() {
@@ -786,11 +802,24 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             "--seqlen {s} is not a positive length"
         )));
     }
+    let features: Vec<Features> = parse_list(&a.features)?;
+    if a.window.len() != 2 || a.window.iter().any(|w| *w < -1) {
+        return Err(CliError::Usage(
+            "--window takes LEFT,RIGHT, each -1 (unbounded) or more".into(),
+        ));
+    }
+    if !(a.softcap.is_finite() && a.softcap > 0.0) {
+        return Err(CliError::Usage(format!(
+            "--softcap {} is not a positive number",
+            a.softcap
+        )));
+    }
     let spec_args = SpecArgs {
         arch: Vec::new(),
         head_dim: a.head_dim.iter().map(u32::to_string).collect(),
         dtype: vec![dtype.name().to_string()],
         mask: masks.iter().map(|m| m.name().to_string()).collect(),
+        features: features.iter().map(|f| f.name().to_string()).collect(),
         template: Vec::new(),
     };
     let _ = spec_args.specs(&Arch::ALL)?;
@@ -809,75 +838,95 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         a.hidden
     );
     println!(
-        "{:>4} {:>6} {:>6} {:>5} {:>5} {:<20} {:>9} {:>8}",
-        "hdim", "seqlen", "causal", "batch", "heads", "config", "ms", "TFLOP/s"
+        "{:>4} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9} {:>8}",
+        "hdim", "seqlen", "mask", "features", "batch", "heads", "config", "ms", "TFLOP/s"
     );
-    let causal: Vec<bool> = masks.iter().map(|m| *m == MaskKind::Causal).collect();
-    let grid = crate::bench::paper_grid(&a.head_dim, &a.seqlen, &causal, a.total_tokens, a.hidden);
+    let grid = crate::bench::paper_grid(&a.head_dim, &a.seqlen, &masks, a.total_tokens, a.hidden);
     let mut rows = Vec::new();
-    for cell in &grid {
-        let mask = if cell.causal {
-            MaskKind::Causal
-        } else {
-            MaskKind::None
-        };
-        let mut cell_kernels: Vec<&ReadyKernel> = kernels
-            .iter()
-            .filter(|(k, _)| {
-                k.candidate.spec.head_dim == cell.head_dim && k.candidate.spec.mask == mask
-            })
-            .collect();
-        cell_kernels.sort_by_key(|(k, _)| !k.is_default);
-        let Some((first, _)) = cell_kernels.first() else {
-            continue;
-        };
-        let buffers =
-            crate::bench::CellBuffers::new(&gpu, &support, &first.candidate.spec, cell, 0x5eed)?;
-        let mut best: Option<crate::bench::Row> = None;
-        for (built, cubin) in cell_kernels {
-            let kernel = FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
-            let times =
-                crate::bench::time_kernel(&gpu, &kernel, &buffers.params, &mut flush, a.budget_ms)?;
-            let config = built.candidate.config.tag();
-            let backend = if built.is_default {
-                "fa4-gen".to_string()
-            } else {
-                format!("fa4-gen:{config}")
+    for mut cell in grid {
+        cell.window = (a.window[0], a.window[1]);
+        cell.softcap = a.softcap;
+        for &feature_set in &features {
+            let mut cell_kernels: Vec<&ReadyKernel> = kernels
+                .iter()
+                .filter(|(k, _)| {
+                    let s = &k.candidate.spec;
+                    s.head_dim == cell.head_dim && s.mask == cell.mask && s.features == feature_set
+                })
+                .collect();
+            cell_kernels.sort_by_key(|(k, _)| !k.is_default);
+            let Some((first, _)) = cell_kernels.first() else {
+                continue;
             };
-            let row = crate::bench::row(
-                &built.candidate.spec,
-                cell,
-                &times,
-                &built.id.0,
-                &config,
-                built.is_default,
-                &backend,
-            );
-            println!(
-                "{:>4} {:>6} {:>6} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}",
-                row.hdim,
-                row.seqlen,
-                row.causal,
-                row.batch,
-                row.heads,
-                config,
-                row.ms,
-                row.tflops,
-                if built.is_default { "  (default)" } else { "" }
-            );
-            if best.as_ref().is_none_or(|b| row.ms < b.ms) {
-                best = Some(row.clone());
+            let spec = first.candidate.spec;
+            let buffers = crate::bench::CellBuffers::new(&gpu, &support, &spec, &cell, 0x5eed)?;
+            // "fa4-gen" is the plain default; "+local", "+sinks", ... name the variants so
+            // compare.py can set each against it, and ":config" the non-default configs.
+            let mut base = "fa4-gen".to_string();
+            if cell.mask == MaskKind::Local {
+                base.push_str("+local");
             }
-            rows.push(row);
-        }
-        if a.all_configs {
-            if let Some(mut b) = best {
-                println!(
-                    "{:>4} {:>6} {:>6} best: {} at {:.1} TFLOP/s",
-                    b.hdim, b.seqlen, b.causal, b.config, b.tflops
+            if feature_set != Features::default() {
+                base.push('+');
+                base.push_str(feature_set.name());
+            }
+            let mut best: Option<crate::bench::Row> = None;
+            for (built, cubin) in cell_kernels {
+                let kernel = FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
+                let times = crate::bench::time_kernel(
+                    &gpu,
+                    &kernel,
+                    &buffers.params,
+                    &mut flush,
+                    a.budget_ms,
+                )?;
+                let config = built.candidate.config.tag();
+                let backend = if built.is_default {
+                    base.clone()
+                } else {
+                    format!("{base}:{config}")
+                };
+                let row = crate::bench::row(
+                    &spec,
+                    &cell,
+                    &times,
+                    &built.id.0,
+                    &config,
+                    built.is_default,
+                    &backend,
                 );
-                b.backend = "fa4-gen-best".into();
-                rows.push(b);
+                println!(
+                    "{:>4} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}",
+                    row.hdim,
+                    row.seqlen,
+                    cell.mask.name(),
+                    feature_set.name(),
+                    row.batch,
+                    row.heads,
+                    config,
+                    row.ms,
+                    row.tflops,
+                    if built.is_default { "  (default)" } else { "" }
+                );
+                if best.as_ref().is_none_or(|b| row.ms < b.ms) {
+                    best = Some(row.clone());
+                }
+                rows.push(row);
+            }
+            if a.all_configs {
+                if let Some(mut b) = best {
+                    println!(
+                        "{:>4} {:>6} {:<7} {:<14} best: {} at {:.1} TFLOP/s",
+                        b.hdim,
+                        b.seqlen,
+                        cell.mask.name(),
+                        feature_set.name(),
+                        b.config,
+                        b.tflops
+                    );
+                    b.backend = format!("{base}-best");
+                    rows.push(b);
+                }
             }
         }
     }

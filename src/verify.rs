@@ -49,6 +49,10 @@ pub struct Case {
     pub heads_kv: i32,
     /// Extra elements at the end of every token row of Q, K, V and O (a strided layout).
     pub row_pad: i64,
+    /// Sliding window (left, right) for local-mask kernels (-1: unbounded).
+    pub window: (i32, i32),
+    /// Soft-capping value for softcap kernels.
+    pub softcap: f32,
     /// Also time this case.
     pub timed: bool,
 }
@@ -70,12 +74,24 @@ impl Case {
             heads_q,
             heads_kv,
             row_pad: 0,
+            window: (-1, -1),
+            softcap: VERIFY_SOFTCAP,
             timed: false,
+        }
+    }
+
+    fn window(self, left: i32, right: i32) -> Self {
+        Case {
+            window: (left, right),
+            ..self
         }
     }
 }
 
-/// Device addresses of one problem's tensors.
+/// A small cap, so that tanh bends most scores of random inputs.
+const VERIFY_SOFTCAP: f32 = 1.5;
+
+/// Device addresses of one problem's tensors (`sinks` is 0 for kernels without sinks).
 #[derive(Debug, Clone, Copy)]
 pub struct TensorPtrs {
     pub q: u64,
@@ -83,12 +99,13 @@ pub struct TensorPtrs {
     pub v: u64,
     pub o: u64,
     pub lse: u64,
+    pub sinks: u64,
 }
 
 impl Case {
     /// Kernel arguments for this case's tensors, laid out `[batch, seqlen, heads,
     /// head_dim]` with `row_pad` extra elements after every token row; softmax scale
-    /// 1/sqrt(head_dim).
+    /// 1/sqrt(head_dim); the window and the cap where the spec uses them.
     pub fn params(&self, spec: &KernelSpec, t: TensorPtrs) -> FwdParams {
         let (d, dv) = (i64::from(spec.head_dim), i64::from(spec.head_dim_v));
         let (sq, sk) = (i64::from(self.seqlen_q), i64::from(self.seqlen_k));
@@ -123,33 +140,76 @@ impl Case {
             heads_kv: self.heads_kv,
             softmax_scale: scale,
             scale_log2: scale * std::f32::consts::LOG2_E,
-            reserved: 0,
+            window_left: if spec.mask == MaskKind::Local {
+                self.window.0
+            } else {
+                -1
+            },
+            window_right: if spec.mask == MaskKind::Local {
+                self.window.1
+            } else {
+                -1
+            },
+            softcap: if spec.features.softcap {
+                self.softcap
+            } else {
+                0.0
+            },
+            sinks: t.sinks,
         }
+    }
+
+    /// (query, key) pairs the mask leaves visible, summed over rows.
+    pub fn visible_pairs(&self, mask: MaskKind) -> f64 {
+        let (sq, sk) = (i64::from(self.seqlen_q), i64::from(self.seqlen_k));
+        let (left, right) = (i64::from(self.window.0), i64::from(self.window.1));
+        let per_row = |i: i64| -> i64 {
+            let diag = i + sk - sq;
+            let (lo, hi) = match mask {
+                MaskKind::None => (0, sk),
+                MaskKind::Causal => (0, (diag + 1).clamp(0, sk)),
+                MaskKind::Local => (
+                    if left < 0 {
+                        0
+                    } else {
+                        (diag - left).clamp(0, sk)
+                    },
+                    if right < 0 {
+                        sk
+                    } else {
+                        (diag + right + 1).clamp(0, sk)
+                    },
+                ),
+            };
+            (hi - lo).max(0)
+        };
+        (0..sq).map(per_row).sum::<i64>() as f64
     }
 }
 
 /// The standard cases: lengths 1, 17, 128, 1000, 4096; seqlen_q != seqlen_k both ways
 /// (a cached prefix, and more queries than keys, which leaves causal rows with nothing to
-/// see); a query without keys; GQA and MQA; a strided layout.
+/// see); a query without keys; GQA and MQA; a strided layout. Local-mask kernels see a
+/// different window in each (both sides, one side, none, and empty rows).
 pub fn standard_cases() -> Vec<Case> {
     let mut cases = vec![
-        Case::new("s1", 2, 1, 1, 4, 4),
-        Case::new("s17", 2, 17, 17, 4, 4),
-        Case::new("s128", 2, 128, 128, 4, 4),
-        Case::new("s1000", 1, 1000, 1000, 4, 4),
+        Case::new("s1", 2, 1, 1, 4, 4).window(0, 0),
+        Case::new("s17", 2, 17, 17, 4, 4).window(3, 2),
+        Case::new("s128", 2, 128, 128, 4, 4).window(16, 0),
+        Case::new("s1000", 1, 1000, 1000, 4, 4).window(100, 50),
         Case {
             timed: true,
-            ..Case::new("s4096", 2, 4096, 4096, 8, 8)
+            ..Case::new("s4096", 2, 4096, 4096, 8, 8).window(128, 0)
         },
-        Case::new("q77_k513", 2, 77, 513, 4, 4),
-        Case::new("q300_k64", 2, 300, 64, 4, 4),
-        Case::new("q1_k1000", 3, 1, 1000, 4, 4),
-        Case::new("q5_k0", 1, 5, 0, 2, 2),
-        Case::new("gqa8to2_s257", 1, 257, 257, 8, 2),
+        Case::new("q77_k513", 2, 77, 513, 4, 4).window(64, 8),
+        Case::new("q300_k64", 2, 300, 64, 4, 4).window(10, 10),
+        Case::new("q1_k1000", 3, 1, 1000, 4, 4).window(200, -1),
+        Case::new("q5_k0", 1, 5, 0, 2, 2).window(4, 4),
+        Case::new("gqa8to2_s257", 1, 257, 257, 8, 2).window(-1, 0),
     ];
     cases.push(Case {
         row_pad: 24,
-        ..Case::new("mqa4to1_q200_k333_strided", 2, 200, 333, 4, 1)
+        ..Case::new("mqa4to1_q200_k333_strided", 2, 200, 333, 4, 1).window(50, -1)
     });
     cases
 }
@@ -284,7 +344,11 @@ pub fn run_case(
     );
     let (hq, hkv) = (case.heads_q as i64, case.heads_kv as i64);
     let is_bf16 = (spec.dtype == Dtype::Bf16) as i32;
-    let causal = (spec.mask == MaskKind::Causal) as i32;
+    let mask_kind = match spec.mask {
+        MaskKind::None => 0i32,
+        MaskKind::Causal => 1,
+        MaskKind::Local => 2,
+    };
 
     let q_row = hq * d + case.row_pad;
     let k_row = hkv * d + case.row_pad;
@@ -348,6 +412,16 @@ pub fn run_case(
     }
     .map_err(driver("cuLaunchKernel(fill_u32)"))?;
 
+    // Sink logits in [-2, 6]: from below to well above the typical row max, so they
+    // take anything from nothing to most of the denominator.
+    let sink_values: Vec<f32> = (0..hq as u64)
+        .map(|h| {
+            -2.0 + 8.0
+                * ((fnv1a64(format!("{seed}/sink/{h}").as_bytes()) >> 40) as f32
+                    / (1u64 << 24) as f32)
+        })
+        .collect();
+    let sinks = gpu.to_device(&sink_values)?;
     let params = case.params(
         &spec,
         TensorPtrs {
@@ -356,6 +430,11 @@ pub fn run_case(
             v: gpu.ptr(&v),
             o: gpu.ptr(&o),
             lse: gpu.ptr(&lse),
+            sinks: if spec.features.sinks {
+                gpu.ptr(&sinks)
+            } else {
+                0
+            },
         },
     );
 
@@ -378,14 +457,15 @@ pub fn run_case(
         };
         let arg = ParamsArg(params);
         let (hd, hdv) = (d as i32, dv as i32);
-        // SAFETY: reference_attention(FwdParams, int, int, int, int, float*, float*);
+        // SAFETY: reference_attention(FwdParams, int is_bf16, int mask_kind, int, int,
+        // float*, float*);
         // o_ref and lse_ref hold b*sq*hq*dv and b*hq*sq floats.
         unsafe {
             stream
                 .launch_builder(reference)
                 .arg(&arg)
                 .arg(&is_bf16)
-                .arg(&causal)
+                .arg(&mask_kind)
                 .arg(&hd)
                 .arg(&hdv)
                 .arg(&o_ref)
@@ -474,15 +554,15 @@ pub fn run_case(
 
 /// FLOPs by FlashAttention's convention: 2·b·h·s_q·s_k·(d + d_v), halved when causal
 /// (the exact count of visible pairs differs slightly for s_q != s_k; the convention
-/// keeps figures comparable with every peer's).
+/// keeps figures comparable with every peer's). A sliding window counts the pairs it
+/// leaves: the work a kernel must do, not the square it skips.
 pub fn attention_flops(spec: &KernelSpec, case: &Case) -> f64 {
-    let pairs =
-        case.batch as f64 * case.heads_q as f64 * case.seqlen_q as f64 * case.seqlen_k as f64;
-    let f = 2.0 * pairs * (spec.head_dim + spec.head_dim_v) as f64;
-    if spec.mask == MaskKind::Causal {
-        f / 2.0
-    } else {
-        f
+    let heads = case.batch as f64 * case.heads_q as f64;
+    let per_pair = 2.0 * (spec.head_dim + spec.head_dim_v) as f64;
+    match spec.mask {
+        MaskKind::None => heads * case.seqlen_q as f64 * case.seqlen_k as f64 * per_pair,
+        MaskKind::Causal => heads * case.seqlen_q as f64 * case.seqlen_k as f64 * per_pair / 2.0,
+        MaskKind::Local => heads * case.visible_pairs(MaskKind::Local) * per_pair,
     }
 }
 
@@ -603,6 +683,21 @@ mod tests {
     }
 
     #[test]
+    fn visible_pairs_follow_the_masks() {
+        // 4 queries, 6 keys: the diagonal of query i is key i + 2.
+        let case = Case::new("x", 1, 4, 6, 1, 1).window(1, 0);
+        assert_eq!(case.visible_pairs(MaskKind::None), 24.0);
+        assert_eq!(case.visible_pairs(MaskKind::Causal), (3 + 4 + 5 + 6) as f64);
+        // Keys diag-1 ..= diag: two each.
+        assert_eq!(case.visible_pairs(MaskKind::Local), 8.0);
+        // More queries than keys with a window: early rows see nothing.
+        let case = Case::new("y", 1, 6, 2, 1, 1).window(0, 0);
+        assert_eq!(case.visible_pairs(MaskKind::Local), 2.0);
+        let unbounded = Case::new("z", 1, 4, 6, 1, 1).window(-1, -1);
+        assert_eq!(unbounded.visible_pairs(MaskKind::Local), 24.0);
+    }
+
+    #[test]
     fn standard_cases_cover_the_issue_list() {
         let cases = standard_cases();
         for s in [1, 17, 128, 1000, 4096] {
@@ -616,5 +711,7 @@ mod tests {
         assert!(cases.iter().any(|c| c.heads_q != c.heads_kv));
         assert!(cases.iter().any(|c| c.row_pad > 0));
         assert!(cases.iter().any(|c| c.timed));
+        assert!(cases.iter().any(|c| c.window.0 >= 0 && c.window.1 >= 0));
+        assert!(cases.iter().any(|c| c.window.0 < 0 || c.window.1 < 0));
     }
 }

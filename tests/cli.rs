@@ -8,9 +8,9 @@ fn list_shows_every_spec_with_a_default() {
     let out = fa4_gen(dir.path(), &["list"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    // 6 archs x 5 head dims x 2 dtypes x 2 masks, plus header and the untested-arch note.
+    // 6 archs x 5 head dims x 2 dtypes x 3 masks, plus header and the untested-arch note.
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("portable")).collect();
-    assert_eq!(rows.len(), 120, "{text}");
+    assert_eq!(rows.len(), 180, "{text}");
     assert!(
         rows.iter().all(|r| r.contains("_qregs")),
         "every row names a default config"
@@ -30,8 +30,8 @@ fn list_json_is_the_whole_space() {
     );
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows.len(), 4 * 54, "4 specs x 54 candidates");
-    assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 4);
+    assert_eq!(rows.len(), 6 * 54, "6 specs (dtype x mask) x 54 candidates");
+    assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 6);
     let pruned: Vec<_> = rows
         .iter()
         .filter(|r| r["verdict"].get("rejected").is_some())
@@ -85,6 +85,10 @@ fn bad_input_gets_one_clear_line() {
         "unknown dtype `fp8`: expected one of bf16, fp16",
     );
     assert_usage_error(&["list", "--mask", "diagonal"], "unknown mask `diagonal`");
+    assert_usage_error(
+        &["list", "--features", "alibi"],
+        "unknown feature set `alibi`: expected one of none, sinks, softcap, sinks+softcap",
+    );
     assert_usage_error(
         &["render", "--template", "nope"],
         "unknown template `nope`: expected one of portable",
@@ -174,7 +178,7 @@ fn render_writes_sources_that_name_themselves() {
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
-    assert_eq!(files.len(), 4, "one per dtype x mask");
+    assert_eq!(files.len(), 6, "one per dtype x mask");
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         let id = f.file_stem().unwrap().to_str().unwrap();

@@ -85,16 +85,54 @@ fn defaults_compile_for_every_arch_and_head_dim() {
             .collect();
         assert_eq!(support.len(), 1, "{arch}");
     }
-    assert_eq!(seen, 60);
+    assert_eq!(seen, 90);
 
     // A second run finds everything in place and compiles nothing.
     let again = fa4_gen(dir.path(), &args[..args.len() - 1]);
     assert!(again.status.success());
     assert!(
-        stdout(&again).contains("60 kernels ready (60 cached)"),
+        stdout(&again).contains("90 kernels ready (90 cached)"),
         "{}",
         stdout(&again)
     );
+}
+
+/// Every score-feature variant's default compiles without spills on sm90, for every
+/// head dim and mask.
+#[test]
+fn feature_defaults_compile_on_sm90() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "compile",
+        "--arch",
+        "sm90",
+        "--default-only",
+        "--dtype",
+        "fp16",
+        "--features",
+        "sinks,softcap,sinks+softcap",
+        "-q",
+    ];
+    let out = fa4_gen(dir.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = BuildDir::new(dir.path().join("build"))
+        .load_report(Arch::Sm90)
+        .unwrap()
+        .unwrap();
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    assert_eq!(
+        report.kernels.len(),
+        5 * 3 * 3,
+        "head dims x masks x feature sets"
+    );
+    assert!(report
+        .kernels
+        .iter()
+        .all(|k| k.candidate.spec.features != Default::default()));
+    assert!(report
+        .kernels
+        .iter()
+        .all(|k| k.resources.spill_stores == 0 && k.resources.stack_frame == 0));
 }
 
 /// The real ptxas verdict: a config that passes the static checks but spills on sm90 is

@@ -35,6 +35,10 @@ pub enum ProblemError {
     Stride { what: &'static str, value: i64 },
     #[error("softmax_scale {0} is not a finite positive number")]
     Scale(String),
+    #[error("window ({left}, {right}) is not a sliding window: each side is -1 (unbounded) or a key count")]
+    Window { left: i32, right: i32 },
+    #[error("softcap {0} is not a finite positive number: a softcap kernel needs the cap")]
+    Softcap(String),
 }
 
 /// The host-side checks of a forward launch: shapes, pointers, alignment, strides.
@@ -107,6 +111,34 @@ pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
     Ok(())
 }
 
+/// The checks of [`check_problem`] plus those of the spec's mask and score features: a
+/// window for local masks, a cap for softcap kernels, sink logits for sink kernels.
+pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), ProblemError> {
+    check_problem(p)?;
+    if spec.mask == fa4_spec::MaskKind::Local && (p.window_left < -1 || p.window_right < -1) {
+        return Err(ProblemError::Window {
+            left: p.window_left,
+            right: p.window_right,
+        });
+    }
+    if spec.features.softcap && !(p.softcap.is_finite() && p.softcap > 0.0) {
+        return Err(ProblemError::Softcap(p.softcap.to_string()));
+    }
+    if spec.features.sinks && p.batch > 0 && p.seqlen_q > 0 {
+        if p.sinks == 0 {
+            return Err(ProblemError::Null { tensor: "sinks" });
+        }
+        if p.sinks % 4 != 0 {
+            return Err(ProblemError::Misaligned {
+                tensor: "sinks",
+                addr: p.sinks,
+                align: 4,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// `FwdParams` as a kernel argument: passed by value, bit for bit.
 #[repr(transparent)]
 pub(crate) struct ParamsArg(pub(crate) FwdParams);
@@ -141,7 +173,7 @@ impl FwdKernel {
 
     /// Checks the problem, then launches on the GPU's stream (asynchronously).
     pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
-        check_problem(params)?;
+        check_problem_for(&self.spec, params)?;
         let grid_x = (params.seqlen_q as u32).div_ceil(self.footprint.block_m);
         if grid_x == 0 || params.batch == 0 {
             return Ok(()); // nothing to compute
@@ -197,7 +229,10 @@ mod tests {
             heads_kv: 2,
             softmax_scale: 0.088,
             scale_log2: 0.127,
-            reserved: 0,
+            window_left: -1,
+            window_right: -1,
+            softcap: 0.0,
+            sinks: 0,
         }
     }
 
@@ -257,6 +292,96 @@ mod tests {
             let msg = check_problem(&p).unwrap_err().to_string();
             assert!(msg.contains(expected), "{msg:?} lacks {expected:?}");
         }
+    }
+
+    #[test]
+    fn feature_arguments_are_checked_against_the_spec() {
+        use fa4_spec::{Arch, Dtype, Features, MaskKind};
+        let plain = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+        // A plain kernel ignores the feature fields.
+        let junk = FwdParams {
+            window_left: -7,
+            softcap: f32::NAN,
+            ..good()
+        };
+        assert_eq!(check_problem_for(&plain, &junk), Ok(()));
+
+        let local = KernelSpec {
+            mask: MaskKind::Local,
+            ..plain
+        };
+        let p = FwdParams {
+            window_left: 128,
+            window_right: 0,
+            ..good()
+        };
+        assert_eq!(check_problem_for(&local, &p), Ok(()));
+        let msg = check_problem_for(
+            &local,
+            &FwdParams {
+                window_right: -2,
+                ..p
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("window (128, -2)"), "{msg}");
+
+        let softcap = KernelSpec {
+            features: Features {
+                sinks: false,
+                softcap: true,
+            },
+            ..plain
+        };
+        assert!(check_problem_for(
+            &softcap,
+            &FwdParams {
+                softcap: 50.0,
+                ..good()
+            }
+        )
+        .is_ok());
+        let msg = check_problem_for(&softcap, &good())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("softcap 0 is not a finite positive number"),
+            "{msg}"
+        );
+
+        let sinks = KernelSpec {
+            features: Features {
+                sinks: true,
+                softcap: false,
+            },
+            ..plain
+        };
+        assert_eq!(
+            check_problem_for(&sinks, &good()),
+            Err(ProblemError::Null { tensor: "sinks" })
+        );
+        let msg = check_problem_for(
+            &sinks,
+            &FwdParams {
+                sinks: 0x6002,
+                ..good()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("sinks at 0x6002 is not 4-byte aligned"),
+            "{msg}"
+        );
+        assert!(check_problem_for(
+            &sinks,
+            &FwdParams {
+                sinks: 0x6000,
+                ..good()
+            }
+        )
+        .is_ok());
     }
 
     #[test]

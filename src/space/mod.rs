@@ -10,7 +10,7 @@ mod portable;
 use std::fmt;
 use std::str::FromStr;
 
-use fa4_spec::{Arch, Dtype, KernelSpec, MaskKind, ParseError, TileConfig};
+use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind, ParseError, TileConfig};
 use serde::{Deserialize, Serialize};
 
 /// A kernel template.
@@ -206,6 +206,7 @@ pub struct Selection {
     /// QK head dims; V head dims follow what the templates offer for each.
     pub head_dims: Vec<u32>,
     pub masks: Vec<MaskKind>,
+    pub features: Vec<Features>,
     pub templates: Vec<Template>,
 }
 
@@ -226,13 +227,15 @@ pub enum SelectionError {
 }
 
 impl Selection {
-    /// Everything every template offers, for the given archs.
+    /// Every dtype, head dim and mask every template offers, for the given archs, without
+    /// score features (those are asked for by name: each one multiplies the space).
     pub fn all(archs: Vec<Arch>) -> Self {
         Selection {
             archs,
             dtypes: Dtype::ALL.to_vec(),
             head_dims: Vec::new(),
             masks: MaskKind::ALL.to_vec(),
+            features: vec![Features::default()],
             templates: Template::ALL.to_vec(),
         }
     }
@@ -278,14 +281,17 @@ impl Selection {
                     }
                     for &dtype in &self.dtypes {
                         for &mask in &self.masks {
-                            let spec = KernelSpec {
-                                arch,
-                                dtype,
-                                head_dim: d,
-                                head_dim_v: dv,
-                                mask,
-                            };
-                            out.push((template, spec));
+                            for &features in &self.features {
+                                let spec = KernelSpec {
+                                    arch,
+                                    dtype,
+                                    head_dim: d,
+                                    head_dim_v: dv,
+                                    mask,
+                                    features,
+                                };
+                                out.push((template, spec));
+                            }
                         }
                     }
                 }
@@ -302,7 +308,7 @@ mod tests {
     #[test]
     fn every_spec_has_a_valid_default_and_survivors() {
         let specs = Selection::all(Arch::ALL.to_vec()).specs().unwrap();
-        assert_eq!(specs.len(), 6 * 5 * 2 * 2);
+        assert_eq!(specs.len(), 6 * 5 * 2 * 3);
         for (template, spec) in specs {
             let plan = plan(template, &spec);
             let defaults: Vec<_> = plan.iter().filter(|p| p.is_default).collect();
@@ -371,8 +377,9 @@ mod tests {
         sel.head_dims = vec![512];
         assert!(sel.specs().is_err());
         sel.head_dims = vec![128];
+        sel.features = Features::ALL.to_vec();
         let specs = sel.specs().unwrap();
-        assert_eq!(specs.len(), 4);
+        assert_eq!(specs.len(), 2 * 3 * 4, "dtypes x masks x feature sets");
         assert!(specs
             .iter()
             .all(|(_, s)| s.head_dim == 128 && s.arch == Arch::Sm90));

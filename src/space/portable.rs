@@ -160,11 +160,15 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     } else {
         &[(128, 8, 32, 2, 0), (128, 8, 32, 1, 0), (64, 4, 32, 1, 0)]
     };
-    let measured = if spec.arch == Arch::Sm90 {
-        measured_sm90
-    } else {
-        &[]
-    };
+    // Local masks (two bounds per row) and soft-capping (a tanh per score) cost
+    // registers the measured tiles may not have (d256's 128x128 spills with softcap):
+    // they start from the conservative list until they are tuned.
+    let measured =
+        if spec.arch == Arch::Sm90 && spec.mask != MaskKind::Local && !spec.features.softcap {
+            measured_sm90
+        } else {
+            &[]
+        };
     measured
         .iter()
         .chain(generic)
@@ -185,6 +189,7 @@ pub(super) fn render_values(
             json!(match spec.mask {
                 MaskKind::None => "None",
                 MaskKind::Causal => "Causal",
+                MaskKind::Local => "Local",
             }),
         ),
         ("head_dim", json!(spec.head_dim)),
@@ -201,6 +206,8 @@ pub(super) fn render_values(
                 "false"
             }),
         ),
+        ("sinks", json!(spec.features.sinks)),
+        ("softcap", json!(spec.features.softcap)),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
 }

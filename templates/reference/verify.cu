@@ -97,9 +97,10 @@ extern "C" __global__ void fill_u32(u32* out, u64 n, u64 n_logical, u32 poison, 
 // ---- reference ---------------------------------------------------------------------------
 
 // One block per (query row, head, batch). Dynamic shared memory: 32 + head_dim + seqlen_k
-// floats. Writes O in f32 as [batch, seqlen_q, heads_q, head_dim_v] and LSE as
-// [batch, heads_q, seqlen_q].
-extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdParams p, int is_bf16, int causal,
+// floats. mask_kind: 0 none, 1 causal, 2 local (window from the params); soft-capping
+// when params.softcap > 0; sink logits when params.sinks is set. Writes O in f32 as
+// [batch, seqlen_q, heads_q, head_dim_v] and LSE as [batch, heads_q, seqlen_q].
+extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdParams p, int is_bf16, int mask_kind,
                                                int head_dim, int head_dim_v, float* o_ref, float* lse_ref) {
     const int row = blockIdx.x;
     const int head = blockIdx.y;
@@ -115,36 +116,48 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q[d] = to_f32(qg[d], is_bf16);
     __syncthreads();
 
-    int col_end = p.seqlen_k;
-    if (causal) col_end = min(p.seqlen_k, max(0, row + 1 + p.seqlen_k - p.seqlen_q));
+    const int diag = row + p.seqlen_k - p.seqlen_q;
+    int lo = 0, hi = p.seqlen_k;
+    if (mask_kind == 1) hi = min(p.seqlen_k, max(0, diag + 1));
+    if (mask_kind == 2) {
+        if (p.window_left >= 0) lo = min(p.seqlen_k, max(0, diag - p.window_left));
+        if (p.window_right >= 0) hi = min(p.seqlen_k, max(0, diag + p.window_right + 1));
+    }
+    if (hi < lo) hi = lo;
 
     const u16* kg = static_cast<const u16*>(p.k) + b * p.k_batch_stride + kv_head * p.k_head_stride;
     float mx = fa4::neg_inf();
-    for (int j = threadIdx.x; j < col_end; j += blockDim.x) {
+    for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
         const u16* kr = kg + i64(j) * p.k_row_stride;
         float dot = 0.f;
         for (int d = 0; d < head_dim; ++d) dot += q[d] * to_f32(kr[d], is_bf16);
-        score[j] = dot * p.softmax_scale;
-        mx = fmaxf(mx, score[j]);
+        float s = dot * p.softmax_scale;
+        if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
+        score[j] = s;
+        mx = fmaxf(mx, s);
     }
     mx = block_max(mx, scratch);
+    const float sink = p.sinks != nullptr ? p.sinks[head] : fa4::neg_inf();
+    const float top = fmaxf(mx, sink);
     float sum = 0.f;
-    for (int j = threadIdx.x; j < col_end; j += blockDim.x) {
-        const float e = expf(score[j] - mx);
+    for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
+        const float e = expf(score[j] - top);
         score[j] = e;
         sum += e;
     }
     sum = block_sum(sum, scratch);  // also makes every score visible to every thread
+    if (p.sinks != nullptr) sum += expf(sink - top);
 
     const u16* vg = static_cast<const u16*>(p.v) + b * p.v_batch_stride + kv_head * p.v_head_stride;
     float* o = o_ref + ((i64(b) * p.seqlen_q + row) * p.heads_q + head) * head_dim_v;
     for (int d = threadIdx.x; d < head_dim_v; d += blockDim.x) {
         float acc = 0.f;
-        for (int j = 0; j < col_end; ++j) acc += score[j] * to_f32(vg[i64(j) * p.v_row_stride + d], is_bf16);
-        o[d] = col_end > 0 ? acc / sum : 0.f;
+        for (int j = lo; j < hi; ++j) acc += score[j] * to_f32(vg[i64(j) * p.v_row_stride + d], is_bf16);
+        o[d] = hi > lo ? acc / sum : 0.f;
     }
     if (threadIdx.x == 0) {
-        lse_ref[(i64(b) * p.heads_q + head) * p.seqlen_q + row] = col_end > 0 ? mx + logf(sum) : fa4::neg_inf();
+        const bool any = hi > lo || p.sinks != nullptr;
+        lse_ref[(i64(b) * p.heads_q + head) * p.seqlen_q + row] = any ? top + logf(sum) : fa4::neg_inf();
     }
 }
 

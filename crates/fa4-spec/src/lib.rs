@@ -15,7 +15,7 @@ mod spec;
 pub use arch::Arch;
 pub use hash::{fnv1a64, Fnv1a64};
 pub use params::FwdParams;
-pub use spec::{Dtype, KernelSpec, MaskKind, TileConfig};
+pub use spec::{Dtype, Features, KernelSpec, MaskKind, TileConfig};
 
 /// A value given on the command line or in a file that names no offered choice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

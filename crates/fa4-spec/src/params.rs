@@ -42,12 +42,19 @@ pub struct FwdParams {
     pub softmax_scale: f32,
     /// `softmax_scale * log2(e)`: the kernels compute `exp2`, one FFMA per element.
     pub scale_log2: f32,
-    pub reserved: i32,
+    /// Sliding window (local masks only): keys visible to a query reach `window_left`
+    /// before and `window_right` after its diagonal; -1 leaves that side unbounded.
+    pub window_left: i32,
+    pub window_right: i32,
+    /// Soft-capping value (softcap kernels only): scores become `cap * tanh(s / cap)`.
+    pub softcap: f32,
+    /// f32 `[heads_q]` sink logits (sink kernels only).
+    pub sinks: u64,
 }
 
 impl FwdParams {
     /// Size in bytes; `params.cuh` asserts the same number.
-    pub const SIZE: usize = 168;
+    pub const SIZE: usize = 184;
 }
 
 #[cfg(test)]
@@ -66,5 +73,8 @@ mod tests {
         assert_eq!(offset_of!(FwdParams, batch), 136);
         assert_eq!(offset_of!(FwdParams, softmax_scale), 156);
         assert_eq!(offset_of!(FwdParams, scale_log2), 160);
+        assert_eq!(offset_of!(FwdParams, window_left), 164);
+        assert_eq!(offset_of!(FwdParams, softcap), 172);
+        assert_eq!(offset_of!(FwdParams, sinks), 176);
     }
 }

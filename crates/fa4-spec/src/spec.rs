@@ -62,15 +62,21 @@ pub enum MaskKind {
     /// bottom-right corner as FlashAttention does, so the last query sees every key
     /// (a cached prefix followed by new tokens).
     Causal,
+    /// A sliding window `(left, right)` given at run time, as FlashAttention's
+    /// `window_size`: query `i` sees key `j` when
+    /// `i + seqlen_k - seqlen_q - left <= j <= i + seqlen_k - seqlen_q + right`, a negative
+    /// bound meaning unbounded on that side. Causal with a window is `(left, 0)`.
+    Local,
 }
 
 impl MaskKind {
-    pub const ALL: [MaskKind; 2] = [MaskKind::None, MaskKind::Causal];
+    pub const ALL: [MaskKind; 3] = [MaskKind::None, MaskKind::Causal, MaskKind::Local];
 
     pub fn name(self) -> &'static str {
         match self {
             MaskKind::None => "none",
             MaskKind::Causal => "causal",
+            MaskKind::Local => "local",
         }
     }
 }
@@ -88,12 +94,89 @@ impl FromStr for MaskKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "none" | "full" | "noncausal" | "non-causal" | "0" => Ok(MaskKind::None),
             "causal" | "1" => Ok(MaskKind::Causal),
+            "local" | "window" | "sliding" => Ok(MaskKind::Local),
             _ => Err(ParseError {
                 what: "mask",
                 given: s.to_string(),
-                expected: "none, causal".into(),
+                expected: "none, causal, local".into(),
             }),
         }
+    }
+}
+
+/// Changes to the scores a kernel is compiled with (each one a template switch).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct Features {
+    /// A learned logit per query head that joins the softmax denominator only
+    /// (gpt-oss's attention sinks).
+    #[serde(default)]
+    pub sinks: bool,
+    /// Logit soft-capping, `cap * tanh(score / cap)` on the scaled scores (Gemma 2).
+    #[serde(default)]
+    pub softcap: bool,
+}
+
+impl Features {
+    /// Every combination, plain first.
+    pub const ALL: [Features; 4] = [
+        Features {
+            sinks: false,
+            softcap: false,
+        },
+        Features {
+            sinks: true,
+            softcap: false,
+        },
+        Features {
+            sinks: false,
+            softcap: true,
+        },
+        Features {
+            sinks: true,
+            softcap: true,
+        },
+    ];
+
+    /// `none`, `sinks`, `softcap` or `sinks+softcap`.
+    pub fn name(self) -> &'static str {
+        match (self.sinks, self.softcap) {
+            (false, false) => "none",
+            (true, false) => "sinks",
+            (false, true) => "softcap",
+            (true, true) => "sinks+softcap",
+        }
+    }
+}
+
+impl fmt::Display for Features {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Features {
+    type Err = ParseError;
+
+    /// `none`, `sinks`, `softcap`, or both joined with `+` in either order.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut f = Features::default();
+        for part in s.trim().to_ascii_lowercase().split('+') {
+            match part.trim() {
+                "none" | "" => {}
+                "sinks" | "sink" => f.sinks = true,
+                "softcap" => f.softcap = true,
+                _ => {
+                    return Err(ParseError {
+                        what: "feature set",
+                        given: s.to_string(),
+                        expected: "none, sinks, softcap, sinks+softcap".into(),
+                    })
+                }
+            }
+        }
+        Ok(f)
     }
 }
 
@@ -110,10 +193,12 @@ pub struct KernelSpec {
     /// Head dim of V and O.
     pub head_dim_v: u32,
     pub mask: MaskKind,
+    #[serde(default)]
+    pub features: Features,
 }
 
 impl KernelSpec {
-    /// A spec whose V head dim equals its QK head dim.
+    /// A spec without score features whose V head dim equals its QK head dim.
     pub fn new(arch: Arch, dtype: Dtype, head_dim: u32, mask: MaskKind) -> Self {
         KernelSpec {
             arch,
@@ -121,18 +206,26 @@ impl KernelSpec {
             head_dim,
             head_dim_v: head_dim,
             mask,
+            features: Features::default(),
         }
     }
 
     /// Short stable tag for file names: `sm90_bf16_d128_causal` (`d192v128` when the
-    /// head dims differ).
+    /// head dims differ; `_sinks`, `_softcap` appended for score features).
     pub fn tag(&self) -> String {
         let dims = if self.head_dim == self.head_dim_v {
             format!("d{}", self.head_dim)
         } else {
             format!("d{}v{}", self.head_dim, self.head_dim_v)
         };
-        format!("{}_{}_{}_{}", self.arch, self.dtype, dims, self.mask)
+        let mut t = format!("{}_{}_{}_{}", self.arch, self.dtype, dims, self.mask);
+        if self.features.sinks {
+            t.push_str("_sinks");
+        }
+        if self.features.softcap {
+            t.push_str("_softcap");
+        }
+        t
     }
 }
 
@@ -140,8 +233,8 @@ impl fmt::Display for KernelSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "arch={} dtype={} head_dim={} head_dim_v={} mask={}",
-            self.arch, self.dtype, self.head_dim, self.head_dim_v, self.mask
+            "arch={} dtype={} head_dim={} head_dim_v={} mask={} features={}",
+            self.arch, self.dtype, self.head_dim, self.head_dim_v, self.mask, self.features
         )
     }
 }
@@ -211,7 +304,18 @@ mod tests {
         assert!(e.to_string().contains("unknown dtype `fp8`"));
         assert_eq!("causal".parse::<MaskKind>().unwrap(), MaskKind::Causal);
         assert_eq!("0".parse::<MaskKind>().unwrap(), MaskKind::None);
-        assert!("sliding".parse::<MaskKind>().is_err());
+        assert_eq!("sliding".parse::<MaskKind>().unwrap(), MaskKind::Local);
+        assert!("diagonal".parse::<MaskKind>().is_err());
+        assert_eq!(
+            "softcap+sinks".parse::<Features>().unwrap(),
+            Features::ALL[3]
+        );
+        assert_eq!("none".parse::<Features>().unwrap(), Features::default());
+        assert!("alibi"
+            .parse::<Features>()
+            .unwrap_err()
+            .to_string()
+            .contains("sinks+softcap"));
     }
 
     #[test]
@@ -223,6 +327,15 @@ mod tests {
             ..s
         };
         assert_eq!(s2.tag(), "sm90_bf16_d128v64_causal");
+        let s3 = KernelSpec {
+            mask: MaskKind::Local,
+            features: Features {
+                sinks: true,
+                softcap: true,
+            },
+            ..s
+        };
+        assert_eq!(s3.tag(), "sm90_bf16_d128_local_sinks_softcap");
         let mut c = TileConfig {
             block_m: 128,
             block_n: 64,

@@ -28,9 +28,12 @@ struct FwdParams {
     int heads_kv;      // heads_q is a multiple of it (GQA/MQA)
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e)
-    int reserved;
+    int window_left;   // local masks: keys before the diagonal a query sees (-1: all)
+    int window_right;  // local masks: keys after the diagonal a query sees (-1: all)
+    float softcap;     // softcap kernels: scores become softcap * tanh(score / softcap)
+    const float* sinks;  // sink kernels: f32 [heads_q] logits joining the denominator
 };
 
-static_assert(sizeof(FwdParams) == 168, "FwdParams must match fa4_spec::FwdParams");
+static_assert(sizeof(FwdParams) == 184, "FwdParams must match fa4_spec::FwdParams");
 
 }  // namespace fa4

@@ -86,6 +86,13 @@ __device__ __forceinline__ float exp2_approx(float x) {
     return r;
 }
 
+// tanh on the MUFU unit (sm75+), for logit soft-capping.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float r;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+
 // ---- warp reductions over the four lanes that share a row of a C fragment ---------------
 __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

@@ -61,16 +61,27 @@ struct OnlineSoftmax {
         }
     }
 
-    // Per row: the factor that normalises the output (0 for a row that saw no key) and the
-    // log-sum-exp of its scaled scores in natural log (-inf for a row that saw no key).
-    __device__ __forceinline__ void finalize(float scale_log2, float (&o_scale)[kRows],
+    // Per row: the factor that normalises the output and the log-sum-exp of the row's
+    // scaled scores in natural log. `sink_log2` is a logit (times log2 e) that joins the
+    // denominator only, -inf for none. A row that saw no key gets factor 0 and LSE -inf,
+    // or the sink's logit when there is one.
+    __device__ __forceinline__ void finalize(float scale_log2, float sink_log2, float (&o_scale)[kRows],
                                              float (&lse)[kRows]) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
             const float sum = quad_sum(row_sum[r]);
             const bool seen = sum > 0.f;
-            o_scale[r] = seen ? 1.f / sum : 0.f;
-            lse[r] = seen ? (row_max[r] * scale_log2 + log2f(sum)) * kLn2 : neg_inf();
+            const float row_top = seen ? row_max[r] * scale_log2 : neg_inf();
+            const float top = fmaxf(row_top, sink_log2);  // keeps every exp2 below <= 1
+            if (top == neg_inf()) {
+                o_scale[r] = 0.f;
+                lse[r] = neg_inf();
+                continue;
+            }
+            const float keys = seen ? exp2f(row_top - top) : 0.f;
+            const float total = keys * sum + exp2f(sink_log2 - top);
+            o_scale[r] = keys / total;
+            lse[r] = (top + log2f(total)) * kLn2;
         }
     }
 };

@@ -6,11 +6,12 @@
 // (the blocks that need masking come first, the rest run mask-free):
 //
 //   load      Q once; K and V tiles through a ring of kStages shared-memory slots (cp.async)
-//   QK GEMM   S = Q K^T                         (registers, f32)
-//   mask      only on blocks that straddle the causal diagonal or the end of the keys
+//   QK GEMM   S = Q K^T                         (registers, f32); soft-capped if asked
+//   mask      only on blocks that straddle a mask edge or the end of the keys
 //   softmax   running max and sum; P = exp2(S * scale_log2 - max * scale_log2)
 //   PV GEMM   O = O * rescale + P V             (P packed to 16 bit straight from S)
-//   epilogue  O / rowsum through shared memory to global; LSE per row
+//   epilogue  O / rowsum (sink logits join the rowsum) through shared memory to
+//             global; LSE per row
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -128,9 +129,13 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const int row_begin = m_block * T::kBlockM;  // first query row of this block
     const int warp_row = warp * T::kRowsPerWarp;  // first row of this warp within the block
 
-    const Mask<T::kMask> mask{params.seqlen_q, params.seqlen_k};
-    // Key blocks n_tiles-1 .. 0 are visited, in that order.
-    const int n_tiles = mask.n_block_end(row_begin, row_begin + T::kBlockM, T::kBlockN);
+    const Mask<T::kMask> mask{params.seqlen_q, params.seqlen_k, params.window_left, params.window_right};
+    // Key blocks n_end-1 down to n_begin are visited, in that order.
+    const int n_end = mask.n_block_end(row_begin, row_begin + T::kBlockM, T::kBlockN);
+    const int n_begin = mask.n_block_begin(row_begin, T::kBlockN);
+    const int n_tiles = imax(0, n_end - n_begin);
+    // With soft-capping the scores are scaled before the softmax sees them.
+    const float score_scale_log2 = T::kSoftcap ? kLog2e : params.scale_log2;
 
     const u16* const q_gmem = static_cast<const u16*>(params.q) + batch * params.q_batch_stride +
                               head * params.q_head_stride + row_begin * params.q_row_stride;
@@ -144,13 +149,13 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
     auto load_k = [&](int tile) {
-        const int n_block = n_tiles - 1 - tile;
+        const int n_block = n_end - 1 - tile;
         k_copy.load(k_smem_addr + (tile % kStages) * T::kSmemK * 2,
                     k_gmem + i64(n_block) * T::kBlockN * params.k_row_stride, params.k_row_stride,
                     params.seqlen_k - n_block * T::kBlockN);
     };
     auto load_v = [&](int tile) {
-        const int n_block = n_tiles - 1 - tile;
+        const int n_block = n_end - 1 - tile;
         v_copy.load(v_smem_addr + (tile % kStages) * T::kSmemV * 2,
                     v_gmem + i64(n_block) * T::kBlockN * params.v_row_stride, params.v_row_stride,
                     params.seqlen_k - n_block * T::kBlockN);
@@ -197,7 +202,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     u32 q_frag[T::kQInRegs ? kMTiles : 1][T::kQInRegs ? T::kQkSteps : 1][4];
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int n_block = n_tiles - 1 - tile;
+        const int n_block = n_end - 1 - tile;
         const u16* const k_tile = k_smem + (tile % kStages) * T::kSmemK;
         const u16* const v_tile = v_smem + (tile % kStages) * T::kSmemV;
 
@@ -260,28 +265,40 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             cp_async_commit();
         }
 
-        // ---- mask: only blocks that cross the diagonal or the end of the keys ------------
+        // ---- soft-capping: S = cap * tanh(S * scale / cap) --------------------------------
+        if constexpr (T::kSoftcap) {
+            const float to_unit = params.softmax_scale / params.softcap;
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) s[mt][nt][e] = params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
+        }
+
+        // ---- mask: only blocks that cross a mask edge or the end of the keys -------------
         const int col_begin = n_block * T::kBlockN;
-        if (mask.block_needs_mask(row_begin, col_begin + T::kBlockN)) {
+        if (mask.block_needs_mask(row_begin, row_begin + T::kBlockM - 1, col_begin, col_begin + T::kBlockN)) {
 #pragma unroll
             for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = row_begin + warp_row + mt * 16 + h * 8 + quad_row;
-                    const int col_end = mask.col_end(row);
+                    const int first = mask.col_begin(row);
+                    const int end = mask.col_end(row);
 #pragma unroll
                     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
                         for (int e = 0; e < 2; ++e) {
                             const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                            if (col >= col_end) s[mt][nt][2 * h + e] = neg_inf();
+                            if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
                         }
                 }
         }
 
         // ---- online softmax; rescale what O holds so far -------------------------------
         float o_scale[2 * kMTiles];
-        softmax.update(s, params.scale_log2, o_scale);
+        softmax.update(s, score_scale_log2, o_scale);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
@@ -326,7 +343,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     __syncthreads();  // all warps are past their last read of Q: its space takes O
     float o_norm[2 * kMTiles];
     float lse[2 * kMTiles];
-    softmax.finalize(params.scale_log2, o_norm, lse);
+    const float sink_log2 = T::kSinks ? params.sinks[head] * kLog2e : neg_inf();
+    softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll

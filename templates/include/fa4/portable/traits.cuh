@@ -22,6 +22,8 @@ struct Traits {
     static constexpr int kWarps = Config::kWarps;
     static constexpr int kStages = Config::kStages;
     static constexpr bool kQInRegs = Config::kQInRegs;   // Q fragments loaded once
+    static constexpr bool kSinks = Config::kSinks;       // per-head sink logits
+    static constexpr bool kSoftcap = Config::kSoftcap;   // cap * tanh(score / cap)
 
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = kBlockM / kWarps;
