@@ -160,15 +160,17 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     } else {
         &[(128, 8, 32, 2, 0), (128, 8, 32, 1, 0), (64, 4, 32, 1, 0)]
     };
-    // Local masks (two bounds per row) and soft-capping (a tanh per score) cost
-    // registers the measured tiles may not have (d256's 128x128 spills with softcap):
-    // they start from the conservative list until they are tuned.
-    let measured =
-        if spec.arch == Arch::Sm90 && spec.mask != MaskKind::Local && !spec.features.softcap {
-            measured_sm90
-        } else {
-            &[]
-        };
+    // Local masks (two bounds per row) cost registers the measured tiles may not have:
+    // they start from the conservative list until they are tuned. Soft-capping (a tanh
+    // per score) keeps the measured tiles up to d128 (timed in
+    // `bench/results/2026-11-30-h200-485f95e-bench-softcap-all.json`); d256's 128x128
+    // spills with it.
+    let softcap_fits = !spec.features.softcap || spec.head_dim <= 128;
+    let measured = if spec.arch == Arch::Sm90 && spec.mask != MaskKind::Local && softcap_fits {
+        measured_sm90
+    } else {
+        &[]
+    };
     measured
         .iter()
         .chain(generic)
