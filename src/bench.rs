@@ -132,18 +132,12 @@ impl CellBuffers {
         let sinks = gpu.to_device(&vec![1.0f32; h as usize])?;
         let params = cell.case().params(
             spec,
-            TensorPtrs {
-                q: gpu.ptr(&q),
-                k: gpu.ptr(&k),
-                v: gpu.ptr(&v),
-                o: gpu.ptr(&o),
-                lse: gpu.ptr(&lse),
-                sinks: if spec.features.sinks {
-                    gpu.ptr(&sinks)
-                } else {
-                    0
-                },
-            },
+            TensorPtrs::of(
+                gpu,
+                [&q, &k, &v, &o],
+                &lse,
+                spec.features.sinks.then_some(&sinks),
+            ),
         );
         Ok(CellBuffers {
             _q: q,

@@ -404,10 +404,7 @@ fn render(a: RenderArgs, quiet: bool) -> CliResult {
     let planned = plan_all(&specs, a.default_only);
     let renderer = Renderer::embedded()?;
     let dir = BuildDir::new(&a.out);
-    crate::fsutil::ensure_writable_dir(dir.root())?;
-    for (name, text) in renderer.templates().headers() {
-        crate::fsutil::write_if_changed(&dir.path(&format!("include/{name}")), text.as_bytes())?;
-    }
+    dir.prepare(&renderer)?;
     let mut rendered = 0;
     for p in &planned {
         let Ok(fp) = &p.verdict else { continue };

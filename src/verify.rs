@@ -102,6 +102,25 @@ pub struct TensorPtrs {
     pub sinks: u64,
 }
 
+impl TensorPtrs {
+    /// The addresses of a problem's buffers; `sinks` only when the kernel reads them.
+    pub fn of(
+        gpu: &Gpu,
+        [q, k, v, o]: [&CudaSlice<u16>; 4],
+        lse: &CudaSlice<f32>,
+        sinks: Option<&CudaSlice<f32>>,
+    ) -> Self {
+        TensorPtrs {
+            q: gpu.ptr(q),
+            k: gpu.ptr(k),
+            v: gpu.ptr(v),
+            o: gpu.ptr(o),
+            lse: gpu.ptr(lse),
+            sinks: sinks.map_or(0, |s| gpu.ptr(s)),
+        }
+    }
+}
+
 impl Case {
     /// Kernel arguments for this case's tensors, laid out `[batch, seqlen, heads,
     /// head_dim]` with `row_pad` extra elements after every token row; softmax scale
@@ -424,18 +443,12 @@ pub fn run_case(
     let sinks = gpu.to_device(&sink_values)?;
     let params = case.params(
         &spec,
-        TensorPtrs {
-            q: gpu.ptr(&q),
-            k: gpu.ptr(&k),
-            v: gpu.ptr(&v),
-            o: gpu.ptr(&o),
-            lse: gpu.ptr(&lse),
-            sinks: if spec.features.sinks {
-                gpu.ptr(&sinks)
-            } else {
-                0
-            },
-        },
+        TensorPtrs::of(
+            gpu,
+            [&q, &k, &v, &o],
+            &lse,
+            spec.features.sinks.then_some(&sinks),
+        ),
     );
 
     // Reference.

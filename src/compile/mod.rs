@@ -60,6 +60,16 @@ impl BuildDir {
         &self.root
     }
 
+    /// Checks the folder can be written and puts the headers under `include/`, so every
+    /// rendered source in it compiles on its own.
+    pub fn prepare(&self, renderer: &Renderer) -> Result<(), WriteError> {
+        ensure_writable_dir(&self.root)?;
+        for (name, text) in renderer.templates().headers() {
+            write_if_changed(&self.path(&format!("include/{name}")), text.as_bytes())?;
+        }
+        Ok(())
+    }
+
     pub fn source_rel(arch: Arch, id: &KernelId) -> String {
         format!("src/{arch}/{id}.cu")
     }
@@ -225,10 +235,7 @@ pub fn build(
     reporter: &dyn Reporter,
 ) -> Result<BuildSummary, BuildError> {
     let started = Instant::now();
-    ensure_writable_dir(dir.root())?;
-    for (name, text) in renderer.templates().headers() {
-        write_if_changed(&dir.path(&format!("include/{name}")), text.as_bytes())?;
-    }
+    dir.prepare(renderer)?;
 
     let mut reports: BTreeMap<Arch, Report> = BTreeMap::new();
     for p in planned {
