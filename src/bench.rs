@@ -11,7 +11,7 @@ use fa4_spec::{Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
 use crate::gpu::{driver, FwdKernel, Gpu, GpuError};
-use crate::verify::{attention_flops, Case, Support, TensorPtrs};
+use crate::problem::{attention_flops, Case};
 
 /// One cell of a benchmark grid.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -20,6 +20,14 @@ pub struct Cell {
     pub seqlen: i32,
     pub batch: i32,
     pub heads: i32,
+    /// KV heads (GQA); the grid's cells have as many as query heads.
+    pub heads_kv: i32,
+    /// Hand the batch over packed with `cu_seqlens` (the way engines call prefill).
+    pub varlen: bool,
+    /// The model layer this cell stands for, if any.
+    pub layer: Option<&'static str>,
+    /// Score features the layer uses (grid cells: the ones asked for on the command line).
+    pub features: Option<fa4_spec::Features>,
     pub mask: MaskKind,
     /// Sliding window, for local masks.
     pub window: (i32, i32),
@@ -28,21 +36,113 @@ pub struct Cell {
 }
 
 impl Cell {
-    /// The cell as a (self-attention, dense-layout) problem.
+    /// The cell as a self-attention problem: a dense batch, or the same sequences packed.
     pub fn case(&self) -> Case {
+        let name = format!("d{}_s{}", self.head_dim, self.seqlen);
+        let case = if self.varlen {
+            let seqs = vec![(self.seqlen, self.seqlen); self.batch as usize];
+            Case::varlen(&name, &seqs, self.heads, self.heads_kv)
+        } else {
+            Case::new(
+                &name,
+                self.batch,
+                self.seqlen,
+                self.seqlen,
+                self.heads,
+                self.heads_kv,
+            )
+        };
         Case {
-            name: format!("d{}_s{}", self.head_dim, self.seqlen),
-            batch: self.batch,
-            seqlen_q: self.seqlen,
-            seqlen_k: self.seqlen,
-            heads_q: self.heads,
-            heads_kv: self.heads,
-            row_pad: 0,
             window: self.window,
             softcap: self.softcap,
             timed: true,
+            ..case
         }
     }
+
+    fn grid(head_dim: u32, seqlen: i32, batch: i32, heads: i32, mask: MaskKind) -> Self {
+        Cell {
+            head_dim,
+            seqlen,
+            batch,
+            heads,
+            heads_kv: heads,
+            varlen: false,
+            layer: None,
+            features: None,
+            mask,
+            window: (-1, -1),
+            softcap: 0.0,
+        }
+    }
+}
+
+/// The model layers `bench --layers` times: a prefill of 4 prompts of 4096 tokens,
+/// packed with cu_seqlens as an engine passes them.
+/// - `gpt-oss-20b`: 64 query heads on 8 KV heads, head dim 64, attention sinks; its
+///   sliding-window layers (window 128) and its full (causal) layers.
+/// - `llama-3-8b`: 32 query heads on 8 KV heads, head dim 128, causal.
+pub fn model_layers(names: &[String]) -> Result<Vec<Cell>, String> {
+    let sinks = fa4_spec::Features {
+        sinks: true,
+        ..Default::default()
+    };
+    let layer = |name, head_dim, heads, heads_kv, mask, window, features| Cell {
+        heads_kv,
+        varlen: true,
+        layer: Some(name),
+        features: Some(features),
+        window,
+        ..Cell::grid(head_dim, 4096, 4, heads, mask)
+    };
+    let all = [
+        layer(
+            "gpt-oss-20b-sliding",
+            64,
+            64,
+            8,
+            MaskKind::Local,
+            (128, 0),
+            sinks,
+        ),
+        layer(
+            "gpt-oss-20b-full",
+            64,
+            64,
+            8,
+            MaskKind::Causal,
+            (-1, -1),
+            sinks,
+        ),
+        layer(
+            "llama-3-8b",
+            128,
+            32,
+            8,
+            MaskKind::Causal,
+            (-1, -1),
+            fa4_spec::Features::default(),
+        ),
+    ];
+    let mut out = Vec::new();
+    for name in names {
+        let found: Vec<Cell> = all
+            .iter()
+            .filter(|c| {
+                c.layer
+                    .is_some_and(|l| name == "all" || l.starts_with(name.as_str()))
+            })
+            .copied()
+            .collect();
+        if found.is_empty() {
+            return Err(format!(
+                "unknown model layer `{name}` (expected all, gpt-oss-20b, gpt-oss-20b-sliding, gpt-oss-20b-full, llama-3-8b)"
+            ));
+        }
+        out.extend(found);
+    }
+    out.dedup_by(|a, b| a.layer == b.layer);
+    Ok(out)
 }
 
 /// The FA3 paper's grid: every (head dim, seqlen, mask) with `total_tokens` tokens and
@@ -58,15 +158,13 @@ pub fn paper_grid(
     for &d in head_dims {
         for &s in seqlens {
             for &mask in masks {
-                cells.push(Cell {
-                    head_dim: d,
-                    seqlen: s,
-                    batch: (total_tokens / s).max(1),
-                    heads: hidden / d as i32,
+                cells.push(Cell::grid(
+                    d,
+                    s,
+                    (total_tokens / s).max(1),
+                    hidden / d as i32,
                     mask,
-                    window: (-1, -1),
-                    softcap: 0.0,
-                });
+                ));
             }
         }
     }
@@ -82,6 +180,11 @@ pub struct Row {
     pub seqlen: i32,
     pub batch: i32,
     pub heads: i32,
+    pub heads_kv: i32,
+    /// The model layer timed, for `--layers` rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer: Option<&'static str>,
+    pub varlen: bool,
     /// 1 for causal and local masks (compare.py's cell key); `mask` says which.
     pub causal: u8,
     pub mask: MaskKind,
@@ -96,59 +199,6 @@ pub struct Row {
     pub kernel: String,
     pub config: String,
     pub is_default: bool,
-}
-
-/// Device buffers of one cell, filled with random normal inputs. `params` points into
-/// them, so it is valid for as long as this value lives.
-pub struct CellBuffers {
-    _q: CudaSlice<u16>,
-    _k: CudaSlice<u16>,
-    _v: CudaSlice<u16>,
-    _o: CudaSlice<u16>,
-    _lse: CudaSlice<f32>,
-    _sinks: CudaSlice<f32>,
-    pub params: FwdParams,
-}
-
-impl CellBuffers {
-    pub fn new(
-        gpu: &Gpu,
-        support: &Support,
-        spec: &KernelSpec,
-        cell: &Cell,
-        seed: u64,
-    ) -> Result<Self, GpuError> {
-        let (b, s, h) = (cell.batch as i64, cell.seqlen as i64, cell.heads as i64);
-        let (d, dv) = (spec.head_dim as i64, spec.head_dim_v as i64);
-        let q = gpu.alloc::<u16>((b * s * h * d) as usize)?;
-        let k = gpu.alloc::<u16>((b * s * h * d) as usize)?;
-        let v = gpu.alloc::<u16>((b * s * h * dv) as usize)?;
-        let o = gpu.alloc::<u16>((b * s * h * dv) as usize)?;
-        let lse = gpu.alloc::<f32>((b * h * s) as usize)?;
-        let is_bf16 = spec.dtype == Dtype::Bf16;
-        for (i, buf) in [&q, &k, &v].into_iter().enumerate() {
-            support.fill_normal(gpu, buf, seed.wrapping_add(i as u64), is_bf16)?;
-        }
-        let sinks = gpu.to_device(&vec![1.0f32; h as usize])?;
-        let params = cell.case().params(
-            spec,
-            TensorPtrs::of(
-                gpu,
-                [&q, &k, &v, &o],
-                &lse,
-                spec.features.sinks.then_some(&sinks),
-            ),
-        );
-        Ok(CellBuffers {
-            _q: q,
-            _k: k,
-            _v: v,
-            _o: o,
-            _lse: lse,
-            _sinks: sinks,
-            params,
-        })
-    }
 }
 
 /// A buffer larger than the L2 cache, overwritten before every timed run.
@@ -208,6 +258,9 @@ pub fn row(
         seqlen: cell.seqlen,
         batch: cell.batch,
         heads: cell.heads,
+        heads_kv: cell.heads_kv,
+        layer: cell.layer,
+        varlen: cell.varlen,
         causal: (spec.mask != MaskKind::None) as u8,
         mask: spec.mask,
         window: cell.window,

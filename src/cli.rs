@@ -56,7 +56,7 @@ pub struct SpecArgs {
     /// Masks: none, causal, local (a sliding window given at run time) [default: all].
     #[arg(long, value_delimiter = ',')]
     pub mask: Vec<String>,
-    /// Score features: none, sinks, softcap, sinks+softcap [default: none].
+    /// Features: none, or sinks, softcap, paged joined with + [default: none].
     #[arg(long, value_delimiter = ',')]
     pub features: Vec<String>,
     /// Templates [default: every template that supports the arch].
@@ -116,6 +116,9 @@ pub struct VerifyArgs {
     /// Check every compiled config, not only each spec's default.
     #[arg(long)]
     pub all_configs: bool,
+    /// Only the configs whose tag contains this text (e.g. packgqa1); implies --all-configs.
+    #[arg(long)]
+    pub config_filter: Option<String>,
     /// Only these cases (names as printed), comma separated.
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
@@ -141,9 +144,19 @@ pub struct BenchArgs {
     /// Masks: none, causal, local.
     #[arg(long, value_delimiter = ',', default_values = ["none", "causal"])]
     pub mask: Vec<String>,
-    /// Score features: none, sinks, softcap, sinks+softcap.
+    /// Features: none, or sinks, softcap, paged joined with + (sinks+softcap).
     #[arg(long, value_delimiter = ',', default_values = ["none"])]
     pub features: Vec<String>,
+    /// Keys per page for paged kernels.
+    #[arg(long, default_value_t = 16)]
+    pub page_size: i32,
+    /// Time model layers instead of the grid: gpt-oss-20b (sliding and full layers),
+    /// llama-3-8b, or all. Each layer brings its own head dim, heads, mask and features.
+    #[arg(long, value_delimiter = ',')]
+    pub layers: Vec<String>,
+    /// Hand the grid's batches over packed with cu_seqlens (varlen) instead of dense.
+    #[arg(long)]
+    pub varlen: bool,
     /// Sliding window LEFT,RIGHT for local masks (-1: unbounded).
     #[arg(long, value_delimiter = ',', default_values_t = [128, 0], allow_negative_numbers = true)]
     pub window: Vec<i32>,
@@ -162,6 +175,9 @@ pub struct BenchArgs {
     /// Time every compiled config of each spec, not only the default.
     #[arg(long)]
     pub all_configs: bool,
+    /// Only the configs whose tag contains this text (e.g. packgqa1); implies --all-configs.
+    #[arg(long)]
+    pub config_filter: Option<String>,
     /// Kernel time spent per (kernel, cell), in milliseconds.
     #[arg(long, default_value_t = 200.0)]
     pub budget_ms: f64,
@@ -657,7 +673,8 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
     let (gpu, arch) = open_gpu(a.device, &requested)?;
     let specs = a.spec.specs(&[arch])?;
     let dir = BuildDir::new(&a.build_dir);
-    let (kernels, support) = device_kernels(&gpu, arch, &specs, a.all_configs, &dir, quiet)?;
+    let configs = config_choice(a.all_configs, &a.config_filter);
+    let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &dir, quiet)?;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -672,7 +689,7 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
         cases.len()
     );
     println!(
-        "{:<26} {:<18} {:<26} {:>9} {:>9} {:>8}  result",
+        "{:<34} {:<28} {:<26} {:>9} {:>9} {:>8}  result",
         "spec", "config", "case", "O rel L2", "LSE err", "TFLOP/s"
     );
     let mut results = Vec::new();
@@ -682,7 +699,7 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
             let case_seed = fnv1a64(format!("{seed}/{}/{}", built.id, case.name).as_bytes());
             let r = verify::run_case(&gpu, &support, &kernel, built, case, case_seed)?;
             println!(
-                "{:<26} {:<18} {:<26} {:>9.2e} {:>9.1e} {:>8}  {}",
+                "{:<34} {:<28} {:<26} {:>9.2e} {:>9.1e} {:>8}  {}",
                 built.candidate.spec.tag(),
                 built.candidate.config.tag(),
                 case.name,
@@ -747,6 +764,15 @@ fn open_gpu(device: usize, requested: &[Arch]) -> Result<(Gpu, Arch), CliError> 
     Ok((gpu, arch))
 }
 
+/// Which configs a device command takes: `None` the defaults, `Some(text)` every config
+/// whose tag contains `text` (all of them for "").
+fn config_choice(all_configs: bool, filter: &Option<String>) -> Option<&str> {
+    match filter {
+        Some(f) => Some(f.as_str()),
+        None => all_configs.then_some(""),
+    }
+}
+
 /// The kernels of `specs` (defaults, or every config that passes the static checks)
 /// and the checking kernels, loaded from the build folder; whatever is missing there is
 /// compiled into it first (NVRTC is on the GPU hosts' loader path).
@@ -754,14 +780,15 @@ fn device_kernels(
     gpu: &Gpu,
     arch: Arch,
     specs: &[(Template, KernelSpec)],
-    all_configs: bool,
+    configs: Option<&str>,
     dir: &BuildDir,
     quiet: bool,
 ) -> Result<(Vec<ReadyKernel>, verify::Support), CliError> {
     let renderer = Renderer::embedded()?;
-    let planned: Vec<Planned> = plan_all(specs, !all_configs)
+    let planned: Vec<Planned> = plan_all(specs, configs.is_none())
         .into_iter()
         .filter(|p| p.verdict.is_ok())
+        .filter(|p| configs.is_none_or(|f| p.candidate.config.tag().contains(f)))
         .collect();
     let mut kernels = ready_kernels(&renderer, dir, arch, &planned)?;
     let mut support = dir.path(&verify::support_cubin_rel(renderer.templates(), arch));
@@ -778,6 +805,14 @@ fn device_kernels(
                 compile::build(&nvrtc, &renderer, dir, &planned, &BarReporter::new(quiet))?;
             check_build(&summary)?;
             kernels = ready_kernels(&renderer, dir, arch, &planned)?;
+            let built = summary.built().count();
+            if kernels.len() < built {
+                eprintln!(
+                    "warning: {built} kernels built in {}, {} of them usable",
+                    dir.root().display(),
+                    kernels.len()
+                );
+            }
         }
         support = verify::build_support(&nvrtc, renderer.templates(), dir, arch)
             .map_err(CliError::Failed)?;
@@ -811,19 +846,68 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             a.softcap
         )));
     }
+    if a.page_size < 1 {
+        return Err(CliError::Usage(format!(
+            "--page-size {} is not a positive number of keys",
+            a.page_size
+        )));
+    }
+    // Cells, each with the feature sets it is timed with.
+    let cells: Vec<(crate::bench::Cell, Vec<Features>)> = if a.layers.is_empty() {
+        crate::bench::paper_grid(&a.head_dim, &a.seqlen, &masks, a.total_tokens, a.hidden)
+            .into_iter()
+            .map(|mut cell| {
+                cell.window = (a.window[0], a.window[1]);
+                cell.softcap = a.softcap;
+                cell.varlen = a.varlen;
+                (cell, features.clone())
+            })
+            .collect()
+    } else {
+        crate::bench::model_layers(&a.layers)
+            .map_err(CliError::Usage)?
+            .into_iter()
+            .map(|cell| {
+                let f = cell.features.unwrap_or_default();
+                (cell, vec![f])
+            })
+            .collect()
+    };
+    let wanted = |arch: Arch| -> Vec<(Template, KernelSpec)> {
+        let mut specs: Vec<(Template, KernelSpec)> = cells
+            .iter()
+            .flat_map(|(cell, fs)| {
+                fs.iter().map(move |&features| KernelSpec {
+                    features,
+                    ..KernelSpec::new(arch, dtype, cell.head_dim, cell.mask)
+                })
+            })
+            .flat_map(|spec| {
+                Template::ALL
+                    .into_iter()
+                    .filter(move |t| t.supports(&spec))
+                    .map(move |t| (t, spec))
+            })
+            .collect();
+        specs.sort();
+        specs.dedup();
+        specs
+    };
+    // Validate the head dims before touching the GPU.
     let spec_args = SpecArgs {
         arch: Vec::new(),
-        head_dim: a.head_dim.iter().map(u32::to_string).collect(),
+        head_dim: cells.iter().map(|(c, _)| c.head_dim.to_string()).collect(),
         dtype: vec![dtype.name().to_string()],
-        mask: masks.iter().map(|m| m.name().to_string()).collect(),
-        features: features.iter().map(|f| f.name().to_string()).collect(),
+        mask: Vec::new(),
+        features: Vec::new(),
         template: Vec::new(),
     };
     let _ = spec_args.specs(&Arch::ALL)?;
     let (gpu, arch) = open_gpu(a.device, &[])?;
-    let specs = spec_args.specs(&[arch])?;
+    let specs = wanted(arch);
     let dir = BuildDir::new(&a.build_dir);
-    let (kernels, support) = device_kernels(&gpu, arch, &specs, a.all_configs, &dir, quiet)?;
+    let configs = config_choice(a.all_configs, &a.config_filter);
+    let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &dir, quiet)?;
     let mut flush = crate::bench::L2Flush::new(&gpu)?;
     println!(
         "bench on {} ({arch}, {} SMs, driver CUDA {}), {} kernels, {} tokens, hidden {}",
@@ -838,12 +922,9 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         "{:>4} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9} {:>8}",
         "hdim", "seqlen", "mask", "features", "batch", "heads", "config", "ms", "TFLOP/s"
     );
-    let grid = crate::bench::paper_grid(&a.head_dim, &a.seqlen, &masks, a.total_tokens, a.hidden);
     let mut rows = Vec::new();
-    for mut cell in grid {
-        cell.window = (a.window[0], a.window[1]);
-        cell.softcap = a.softcap;
-        for &feature_set in &features {
+    for (cell, features) in cells {
+        for feature_set in features {
             let mut cell_kernels: Vec<&ReadyKernel> = kernels
                 .iter()
                 .filter(|(k, _)| {
@@ -856,7 +937,11 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 continue;
             };
             let spec = first.candidate.spec;
-            let buffers = crate::bench::CellBuffers::new(&gpu, &support, &spec, &cell, 0x5eed)?;
+            let case = crate::problem::Case {
+                page_size: a.page_size,
+                ..cell.case()
+            };
+            let problem = crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
             // "fa4-gen" is the plain default; "+local", "+sinks", ... name the variants so
             // compare.py can set each against it, and ":config" the non-default configs.
             let mut base = "fa4-gen".to_string();
@@ -865,7 +950,10 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             }
             if feature_set != Features::default() {
                 base.push('+');
-                base.push_str(feature_set.name());
+                base.push_str(&feature_set.name());
+            }
+            if cell.varlen && cell.layer.is_none() {
+                base.push_str("+varlen");
             }
             let mut best: Option<crate::bench::Row> = None;
             for (built, cubin) in cell_kernels {
@@ -873,7 +961,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 let times = crate::bench::time_kernel(
                     &gpu,
                     &kernel,
-                    &buffers.params,
+                    &problem.params,
                     &mut flush,
                     a.budget_ms,
                 )?;
@@ -910,7 +998,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 }
                 rows.push(row);
             }
-            if a.all_configs {
+            if configs.is_some() {
                 if let Some(mut b) = best {
                     println!(
                         "{:>4} {:>6} {:<7} {:<14} best: {} at {:.1} TFLOP/s",
@@ -954,12 +1042,21 @@ fn ready_kernels(
         .map(|p| (renderer.kernel_id(&p.candidate).0, &p.candidate))
         .collect();
     let mut out = Vec::new();
+    let mut unreadable = Vec::new();
     for k in report.kernels {
         if wanted.contains_key(&k.id.0) {
-            if let Ok(cubin) = dir.read_cubin(&k) {
-                out.push((k, cubin));
+            match dir.read_cubin(&k) {
+                Ok(cubin) => out.push((k, cubin)),
+                Err(e) => unreadable.push(e),
             }
         }
+    }
+    if let Some(first) = unreadable.first() {
+        eprintln!(
+            "warning: {} built kernels cannot be used ({first}{})",
+            unreadable.len(),
+            if unreadable.len() > 1 { ", ..." } else { "" }
+        );
     }
     out.sort_by(|a, b| a.0.candidate.cmp(&b.0.candidate));
     Ok(out)

@@ -4,8 +4,9 @@
 //! Data flows one way through one module per stage:
 //!
 //! ```text
-//! space ──▶ render ──▶ compile (NVRTC) ──▶ gpu (load, launch) ──▶ verify
-//! (which kernels)  (CUDA source)  (cubin + ptxas report)     (checked on the device)
+//! space ──▶ render ──▶ compile (NVRTC) ──▶ gpu (load, launch) ──▶ verify, bench
+//! (which kernels)  (CUDA source)  (cubin + ptxas report)     (checked and timed on
+//!                                                              the device's problems)
 //! ```
 //!
 //! The CLI (`src/main.rs`, `cli`) is a thin layer over these.
@@ -15,6 +16,7 @@ pub mod cli;
 pub mod compile;
 pub mod fsutil;
 pub mod gpu;
+pub mod problem;
 pub mod render;
 pub mod space;
 pub mod templates;

@@ -30,7 +30,7 @@ fn list_json_is_the_whole_space() {
     );
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows.len(), 6 * 54, "6 specs (dtype x mask) x 54 candidates");
+    assert_eq!(rows.len(), 6 * 66, "6 specs (dtype x mask) x 66 candidates");
     assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 6);
     let pruned: Vec<_> = rows
         .iter()
@@ -87,7 +87,7 @@ fn bad_input_gets_one_clear_line() {
     assert_usage_error(&["list", "--mask", "diagonal"], "unknown mask `diagonal`");
     assert_usage_error(
         &["list", "--features", "alibi"],
-        "unknown feature set `alibi`: expected one of none, sinks, softcap, sinks+softcap",
+        "unknown feature set `alibi`: expected one of none, sinks, softcap, paged (joined with +",
     );
     assert_usage_error(
         &["render", "--template", "nope"],

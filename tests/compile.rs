@@ -97,8 +97,8 @@ fn defaults_compile_for_every_arch_and_head_dim() {
     );
 }
 
-/// Every score-feature variant's default compiles without spills on sm90, for every
-/// head dim and mask.
+/// Every feature variant's default compiles without spills on sm90, for every head dim
+/// and mask.
 #[test]
 fn feature_defaults_compile_on_sm90() {
     let dir = tempfile::tempdir().unwrap();
@@ -110,7 +110,7 @@ fn feature_defaults_compile_on_sm90() {
         "--dtype",
         "fp16",
         "--features",
-        "sinks,softcap,sinks+softcap",
+        "sinks,softcap,sinks+softcap,paged",
         "-q",
     ];
     let out = fa4_gen(dir.path(), &args);
@@ -122,7 +122,7 @@ fn feature_defaults_compile_on_sm90() {
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     assert_eq!(
         report.kernels.len(),
-        5 * 3 * 3,
+        5 * 3 * 4,
         "head dims x masks x feature sets"
     );
     assert!(report
@@ -166,8 +166,10 @@ fn spilling_configs_are_rejected_with_the_reason() {
         verdict: Ok(space::Footprint {
             threads: 128,
             block_m: 128,
-            smem_bytes: 104_448,
+            // Q 128 x 136 and one stage of K and V 128 x 136, bf16.
+            smem_bytes: (128 * 136 * 3) * 2,
             est_registers: 250,
+            pack_gqa: false,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
@@ -291,4 +293,39 @@ fn corrupt_report_is_an_error_not_a_rebuild() {
         err.contains("sm90.json") && err.contains("delete it or choose another --out"),
         "{err}"
     );
+}
+
+/// Pack-GQA configs (a template switch the space enumerates) compile like the others:
+/// rows are (query, head) pairs, so the launch grid runs over KV heads.
+#[test]
+fn pack_gqa_configs_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let renderer = Renderer::embedded().unwrap();
+    let build = BuildDir::new(dir.path());
+    let mut planned = Vec::new();
+    for (d, mask) in [(64, MaskKind::Local), (128, MaskKind::Causal)] {
+        let spec = KernelSpec {
+            features: "sinks".parse().unwrap(),
+            ..KernelSpec::new(Arch::Sm90, Dtype::Bf16, d, mask)
+        };
+        let packed: Vec<_> = space::plan(Template::Portable, &spec)
+            .into_iter()
+            .filter(|p| p.candidate.config.switch("packgqa", 0) == 1)
+            .collect();
+        assert_eq!(packed.len(), 12, "pack-GQA variants of d{d}");
+        let p = packed
+            .into_iter()
+            .find(|p| p.candidate.config.block_m == 128 && p.candidate.config.warps == 8)
+            .unwrap();
+        assert!(p.verdict.as_ref().unwrap().pack_gqa);
+        planned.push(p);
+    }
+    let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
+    assert!(summary.failures.is_empty());
+    let report = build.load_report(Arch::Sm90).unwrap().unwrap();
+    assert_eq!(report.kernels.len(), 2, "{:?}", report.rejected);
+    for k in &report.kernels {
+        assert!(k.id.0.contains("packgqa1"), "{}", k.id.0);
+        assert!(k.footprint.pack_gqa);
+    }
 }

@@ -23,9 +23,7 @@ pub enum ProblemError {
     HeadRatio { heads_q: i32, heads_kv: i32 },
     #[error("{tensor} is a null pointer")]
     Null { tensor: &'static str },
-    #[error(
-        "{tensor} at {addr:#x} is not {align}-byte aligned: the kernels load 16 bytes at a time"
-    )]
+    #[error("{tensor} at {addr:#x} is not {align}-byte aligned: the kernels read it {align} bytes at a time")]
     Misaligned {
         tensor: &'static str,
         addr: u64,
@@ -39,6 +37,16 @@ pub enum ProblemError {
     Window { left: i32, right: i32 },
     #[error("softcap {0} is not a finite positive number: a softcap kernel needs the cap")]
     Softcap(String),
+    #[error("page_size {0} is not a positive number of keys per page")]
+    PageSize(i32),
+    #[error("page table rows of {stride} pages x {page_size} keys cannot hold seqlen_k = {seqlen_k} keys: page_table_batch_stride must be at least ceil(seqlen_k / page_size)")]
+    PageTable {
+        stride: i32,
+        page_size: i32,
+        seqlen_k: i32,
+    },
+    #[error("{0} is set, but this kernel was not built for it: {1}")]
+    Unexpected(&'static str, &'static str),
 }
 
 /// The host-side checks of a forward launch: shapes, pointers, alignment, strides.
@@ -72,13 +80,18 @@ pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
         ("v", p.v, 16, has_keys),
         ("o", p.o, 16, has_queries),
         ("lse", p.lse, 4, has_queries),
+        ("cu_seqlens_q", p.cu_seqlens_q, 4, false),
+        ("cu_seqlens_k", p.cu_seqlens_k, 4, false),
+        ("seqused_k", p.seqused_k, 4, false),
+        ("page_table", p.page_table, 4, false),
     ];
-    for (tensor, addr, align, used) in tensors {
-        if !used {
-            continue;
-        }
+    // A pointer the problem needs must be set; any pointer set must be aligned.
+    for (tensor, addr, align, needed) in tensors {
         if addr == 0 {
-            return Err(ProblemError::Null { tensor });
+            if needed {
+                return Err(ProblemError::Null { tensor });
+            }
+            continue;
         }
         if addr % align != 0 {
             return Err(ProblemError::Misaligned {
@@ -102,6 +115,8 @@ pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
         ("o_row_stride", p.o_row_stride),
         ("o_head_stride", p.o_head_stride),
     ];
+    at_least("lse_batch_stride", p.lse_batch_stride, 0)?;
+    at_least("lse_head_stride", p.lse_head_stride, 0)?;
     for (what, value) in strides {
         if value % 8 != 0 {
             return Err(ProblemError::Stride { what, value });
@@ -123,6 +138,38 @@ pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), Problem
     }
     if spec.features.softcap && !(p.softcap.is_finite() && p.softcap > 0.0) {
         return Err(ProblemError::Softcap(p.softcap.to_string()));
+    }
+    if spec.features.paged_kv {
+        if p.batch > 0 && p.seqlen_q > 0 && p.seqlen_k > 0 {
+            if p.page_size < 1 {
+                return Err(ProblemError::PageSize(p.page_size));
+            }
+            if p.page_table == 0 {
+                return Err(ProblemError::Null {
+                    tensor: "page_table",
+                });
+            }
+            let needed =
+                (i64::from(p.seqlen_k) + i64::from(p.page_size) - 1) / i64::from(p.page_size);
+            if i64::from(p.page_table_batch_stride) < needed {
+                return Err(ProblemError::PageTable {
+                    stride: p.page_table_batch_stride,
+                    page_size: p.page_size,
+                    seqlen_k: p.seqlen_k,
+                });
+            }
+        }
+        if p.cu_seqlens_k != 0 {
+            return Err(ProblemError::Unexpected(
+                "cu_seqlens_k",
+                "paged K/V take their lengths from seqused_k (cache_seqlens)",
+            ));
+        }
+    } else if p.page_table != 0 {
+        return Err(ProblemError::Unexpected(
+            "page_table",
+            "use a kernel built with the paged feature",
+        ));
     }
     if spec.features.sinks && p.batch > 0 && p.seqlen_q > 0 {
         if p.sinks == 0 {
@@ -174,12 +221,18 @@ impl FwdKernel {
     /// Checks the problem, then launches on the GPU's stream (asynchronously).
     pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
-        let grid_x = (params.seqlen_q as u32).div_ceil(self.footprint.block_m);
+        let (rows, heads) = if self.footprint.pack_gqa {
+            let group = (params.heads_q / params.heads_kv) as u64;
+            (params.seqlen_q as u64 * group, params.heads_kv as u32)
+        } else {
+            (params.seqlen_q as u64, params.heads_q as u32)
+        };
+        let grid_x = rows.div_ceil(u64::from(self.footprint.block_m));
         if grid_x == 0 || params.batch == 0 {
             return Ok(()); // nothing to compute
         }
         let cfg = LaunchConfig {
-            grid_dim: (grid_x, params.heads_q as u32, params.batch as u32),
+            grid_dim: (grid_x as u32, heads, params.batch as u32),
             block_dim: (self.footprint.threads, 1, 1),
             shared_mem_bytes: self.footprint.smem_bytes,
         };
@@ -233,6 +286,9 @@ mod tests {
             window_right: -1,
             softcap: 0.0,
             sinks: 0,
+            lse_batch_stride: h * s,
+            lse_head_stride: s,
+            ..FwdParams::default()
         }
     }
 
@@ -331,6 +387,7 @@ mod tests {
             features: Features {
                 sinks: false,
                 softcap: true,
+                ..Default::default()
             },
             ..plain
         };
@@ -354,6 +411,7 @@ mod tests {
             features: Features {
                 sinks: true,
                 softcap: false,
+                ..Default::default()
             },
             ..plain
         };
@@ -382,6 +440,81 @@ mod tests {
             }
         )
         .is_ok());
+    }
+
+    #[test]
+    fn varlen_and_paged_arguments_are_checked() {
+        use fa4_spec::{Arch, Dtype, MaskKind};
+        // Varlen index arrays are optional, but aligned when given.
+        let varlen = FwdParams {
+            cu_seqlens_q: 0x7000,
+            cu_seqlens_k: 0x7100,
+            seqused_k: 0x7200,
+            ..good()
+        };
+        assert_eq!(check_problem(&varlen), Ok(()));
+        let msg = check_problem(&FwdParams {
+            cu_seqlens_q: 0x7002,
+            ..varlen
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("cu_seqlens_q at 0x7002 is not 4-byte aligned"),
+            "{msg}"
+        );
+
+        let dense = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        let paged = KernelSpec {
+            features: "paged".parse().unwrap(),
+            ..dense
+        };
+        // seqlen_k 100 in pages of 16 keys: 7 pages per sequence at least.
+        let p = FwdParams {
+            page_table: 0x8000,
+            page_table_batch_stride: 7,
+            page_size: 16,
+            seqused_k: 0x7200,
+            ..good()
+        };
+        assert_eq!(check_problem_for(&paged, &p), Ok(()));
+        let msg = check_problem_for(
+            &paged,
+            &FwdParams {
+                page_table_batch_stride: 6,
+                ..p
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            msg.contains("page_table_batch_stride must be at least"),
+            "{msg}"
+        );
+        assert_eq!(
+            check_problem_for(&paged, &FwdParams { page_size: 0, ..p }),
+            Err(ProblemError::PageSize(0))
+        );
+        assert_eq!(
+            check_problem_for(&paged, &FwdParams { page_table: 0, ..p }),
+            Err(ProblemError::Null {
+                tensor: "page_table"
+            })
+        );
+        let msg = check_problem_for(
+            &paged,
+            &FwdParams {
+                cu_seqlens_k: 0x7100,
+                ..p
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("seqused_k"), "{msg}");
+        // A page table handed to a kernel that would ignore it is an error, not a
+        // silent dense read.
+        let msg = check_problem_for(&dense, &p).unwrap_err().to_string();
+        assert!(msg.contains("paged feature"), "{msg}");
     }
 
     #[test]

@@ -118,12 +118,17 @@ impl FromStr for Template {
 pub struct Footprint {
     /// Threads per block.
     pub threads: u32,
-    /// Query rows per block: the grid is `ceil(seqlen_q / block_m) x heads x batch`.
+    /// Rows per block: the grid is `ceil(seqlen_q / block_m) x heads_q x batch`.
     pub block_m: u32,
     /// Dynamic shared memory per block, bytes.
     pub smem_bytes: u32,
     /// Registers per thread the pruning model expects (ptxas has the last word).
     pub est_registers: u32,
+    /// Pack-GQA: a block's rows are (query, head) pairs of the query heads that share one
+    /// KV head, so the grid is `ceil(seqlen_q * heads_q / heads_kv / block_m) x heads_kv x
+    /// batch`.
+    #[serde(default)]
+    pub pack_gqa: bool,
 }
 
 /// Why a config was set aside.
@@ -379,7 +384,7 @@ mod tests {
         sel.head_dims = vec![128];
         sel.features = Features::ALL.to_vec();
         let specs = sel.specs().unwrap();
-        assert_eq!(specs.len(), 2 * 3 * 4, "dtypes x masks x feature sets");
+        assert_eq!(specs.len(), 2 * 3 * 8, "dtypes x masks x feature sets");
         assert!(specs
             .iter()
             .all(|(_, s)| s.head_dim == 128 && s.arch == Arch::Sm90));

@@ -16,6 +16,12 @@ pub(super) const HEAD_DIMS: &[(u32, u32)] =
 /// memory every key block (fewer shared-memory reads, more registers).
 const Q_IN_REGS: &str = "qregs";
 
+/// Switch: pack the query heads that share a KV head into the rows of one block
+/// (FlashAttention's pack-GQA). Short query sequences then still fill 64- or 128-row
+/// tiles, and each K/V tile loaded serves the whole group. Set only when on, so configs
+/// without it keep their names.
+pub const PACK_GQA: &str = "packgqa";
+
 /// (block_m, warps): each warp owns 16 or 32 query rows.
 const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
 const BLOCK_N: &[u32] = &[32, 64, 128];
@@ -39,6 +45,17 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
                 for q_in_regs in [0, 1] {
                     out.push(config(block_m, warps, block_n, stages, q_in_regs));
                 }
+            }
+        }
+    }
+    // Pack-GQA variants of the tiles that measure best unpacked (64 or 128 keys, 1 or 2
+    // stages): the switch changes which rows a block owns, not the tile's inner loop.
+    for &(block_m, warps) in BLOCK_M_WARPS {
+        for block_n in [64, 128] {
+            for stages in [1, 2] {
+                let mut c = config(block_m, warps, block_n, stages, 0);
+                c.switches.insert(PACK_GQA.to_string(), 1);
+                out.push(c);
             }
         }
     }
@@ -128,6 +145,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         block_m: c.block_m,
         smem_bytes: smem,
         est_registers: regs,
+        pack_gqa: c.switch(PACK_GQA, 0) == 1,
     })
 }
 
@@ -165,8 +183,14 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // per score) keeps the measured tiles up to d128 (timed in
     // `bench/results/2026-11-30-h200-485f95e-bench-softcap-all.json`); d256's 128x128
     // spills with it.
+    // Paged K/V gather rows through the page table, which needs registers the measured
+    // tiles do not have (ptxas spills them): the conservative list until tuned.
     let softcap_fits = !spec.features.softcap || spec.head_dim <= 128;
-    let measured = if spec.arch == Arch::Sm90 && spec.mask != MaskKind::Local && softcap_fits {
+    let measured = if spec.arch == Arch::Sm90
+        && spec.mask != MaskKind::Local
+        && softcap_fits
+        && !spec.features.paged_kv
+    {
         measured_sm90
     } else {
         &[]
@@ -210,6 +234,8 @@ pub(super) fn render_values(
         ),
         ("sinks", json!(spec.features.sinks)),
         ("softcap", json!(spec.features.softcap)),
+        ("paged_kv", json!(spec.features.paged_kv)),
+        ("pack_gqa", json!(c.switch(PACK_GQA, 0) == 1)),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
 }

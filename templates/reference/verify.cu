@@ -96,12 +96,15 @@ extern "C" __global__ void fill_u32(u32* out, u64 n, u64 n_logical, u32 poison, 
 
 // ---- reference ---------------------------------------------------------------------------
 
-// One block per (query row, head, batch). Dynamic shared memory: 32 + head_dim + seqlen_k
-// floats. mask_kind: 0 none, 1 causal, 2 local (window from the params); soft-capping
-// when params.softcap > 0; sink logits when params.sinks is set. Writes O in f32 as
-// [batch, seqlen_q, heads_q, head_dim_v] and LSE as [batch, heads_q, seqlen_q].
+// One block per (query row, head, sequence); rows past a sequence's length return.
+// Dynamic shared memory: 32 + head_dim + seqlen_k floats. mask_kind: 0 none, 1 causal,
+// 2 local (window from the params); soft-capping when params.softcap > 0; sink logits
+// when params.sinks is set; paged: K/V through the page table. Writes O in f32 as
+// [token rows, heads_q, head_dim_v] (token row b * seqlen_q + t, or cu_seqlens_q[b] + t)
+// and LSE in the kernels' layout (see FwdParams).
 extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdParams p, int is_bf16, int mask_kind,
-                                               int head_dim, int head_dim_v, float* o_ref, float* lse_ref) {
+                                               int paged, int head_dim, int head_dim_v, float* o_ref,
+                                               float* lse_ref) {
     const int row = blockIdx.x;
     const int head = blockIdx.y;
     const int b = blockIdx.z;
@@ -111,24 +114,43 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
     float* q = smem + 32;
     float* score = q + head_dim;
 
-    const u16* qg = static_cast<const u16*>(p.q) + b * p.q_batch_stride + i64(row) * p.q_row_stride +
-                    head * p.q_head_stride;
+    // This sequence's lengths and where its rows are, spelled out case by case.
+    const bool varlen_q = p.cu_seqlens_q != nullptr;
+    const int seqlen_q = varlen_q ? p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] : p.seqlen_q;
+    int seqlen_k = p.seqlen_k;
+    if (p.cu_seqlens_k != nullptr) seqlen_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    if (p.seqused_k != nullptr) seqlen_k = p.seqused_k[b];
+    if (row >= seqlen_q) return;
+    const i64 token = varlen_q ? i64(p.cu_seqlens_q[b]) + row : i64(b) * p.seqlen_q + row;
+    const u16* qg = static_cast<const u16*>(p.q) + head * p.q_head_stride +
+                    (varlen_q ? token * p.q_row_stride : b * p.q_batch_stride + i64(row) * p.q_row_stride);
+    auto key_row = [&](const void* base, i64 batch_stride, i64 row_stride, i64 head_stride, int j) {
+        i64 off = kv_head * head_stride;
+        if (paged) {
+            const int page = p.page_table[i64(b) * p.page_table_batch_stride + j / p.page_size];
+            off += i64(page) * batch_stride + i64(j % p.page_size) * row_stride;
+        } else if (p.cu_seqlens_k != nullptr) {
+            off += (i64(p.cu_seqlens_k[b]) + j) * row_stride;
+        } else {
+            off += b * batch_stride + i64(j) * row_stride;
+        }
+        return static_cast<const u16*>(base) + off;
+    };
     for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q[d] = to_f32(qg[d], is_bf16);
     __syncthreads();
 
-    const int diag = row + p.seqlen_k - p.seqlen_q;
-    int lo = 0, hi = p.seqlen_k;
-    if (mask_kind == 1) hi = min(p.seqlen_k, max(0, diag + 1));
+    const int diag = row + seqlen_k - seqlen_q;
+    int lo = 0, hi = seqlen_k;
+    if (mask_kind == 1) hi = min(seqlen_k, max(0, diag + 1));
     if (mask_kind == 2) {
-        if (p.window_left >= 0) lo = min(p.seqlen_k, max(0, diag - p.window_left));
-        if (p.window_right >= 0) hi = min(p.seqlen_k, max(0, diag + p.window_right + 1));
+        if (p.window_left >= 0) lo = min(seqlen_k, max(0, diag - p.window_left));
+        if (p.window_right >= 0) hi = min(seqlen_k, max(0, diag + p.window_right + 1));
     }
     if (hi < lo) hi = lo;
 
-    const u16* kg = static_cast<const u16*>(p.k) + b * p.k_batch_stride + kv_head * p.k_head_stride;
     float mx = fa4::neg_inf();
     for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-        const u16* kr = kg + i64(j) * p.k_row_stride;
+        const u16* kr = key_row(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, j);
         float dot = 0.f;
         for (int d = 0; d < head_dim; ++d) dot += q[d] * to_f32(kr[d], is_bf16);
         float s = dot * p.softmax_scale;
@@ -148,16 +170,17 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
     sum = block_sum(sum, scratch);  // also makes every score visible to every thread
     if (p.sinks != nullptr) sum += expf(sink - top);
 
-    const u16* vg = static_cast<const u16*>(p.v) + b * p.v_batch_stride + kv_head * p.v_head_stride;
-    float* o = o_ref + ((i64(b) * p.seqlen_q + row) * p.heads_q + head) * head_dim_v;
+    float* o = o_ref + (token * p.heads_q + head) * head_dim_v;
     for (int d = threadIdx.x; d < head_dim_v; d += blockDim.x) {
         float acc = 0.f;
-        for (int j = lo; j < hi; ++j) acc += score[j] * to_f32(vg[i64(j) * p.v_row_stride + d], is_bf16);
+        for (int j = lo; j < hi; ++j)
+            acc += score[j] * to_f32(key_row(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, j)[d], is_bf16);
         o[d] = hi > lo ? acc / sum : 0.f;
     }
     if (threadIdx.x == 0) {
         const bool any = hi > lo || p.sinks != nullptr;
-        lse_ref[(i64(b) * p.heads_q + head) * p.seqlen_q + row] = any ? top + logf(sum) : fa4::neg_inf();
+        const i64 lse_at = (varlen_q ? i64(p.cu_seqlens_q[b]) : b * p.lse_batch_stride) + head * p.lse_head_stride + row;
+        lse_ref[lse_at] = any ? top + logf(sum) : fa4::neg_inf();
     }
 }
 
@@ -168,15 +191,11 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
 //         [4] guard cells of LSE changed
 // maxima (f32 bits of non-negative values): [0] max |o - ref|   [1] max |lse - ref|
 
-// O laid out as fill_output_pattern describes, with o_head_stride = head_dim_v and
-// o_batch_stride = seqlen_q * o_row_stride.
-extern "C" __global__ void compare_output(const __grid_constant__ fa4::FwdParams p, int is_bf16, int head_dim_v,
+// O laid out as fill_output_pattern describes: `rows` token rows of `row_stride`
+// elements, the first `row_elems` (heads_q x head_dim_v) of each logical.
+extern "C" __global__ void compare_output(const u16* o, int is_bf16, u64 rows, u64 row_stride, u64 row_elems,
                                           const float* o_ref, u64 alloc, u32 guard, double* sums, u64* counts,
                                           u32* maxima) {
-    const u16* o = static_cast<const u16*>(p.o);
-    const u64 row_stride = u64(p.o_row_stride);
-    const u64 rows = u64(p.batch) * p.seqlen_q;
-    const u64 row_elems = u64(p.heads_q) * head_dim_v;
     double diff_sq = 0.0, ref_sq = 0.0;
     u64 nan = 0, guard_bad = 0;
     float max_diff = 0.f;

@@ -104,7 +104,10 @@ impl FromStr for MaskKind {
     }
 }
 
-/// Changes to the scores a kernel is compiled with (each one a template switch).
+/// What a kernel is compiled to do beyond plain attention (each one a template switch).
+///
+/// Varlen batches (`cu_seqlens_q/k`, `seqused_k`) are not a feature: every kernel reads
+/// them at run time, since they change only a few scalar loads per thread block.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
@@ -116,50 +119,63 @@ pub struct Features {
     /// Logit soft-capping, `cap * tanh(score / cap)` on the scaled scores (Gemma 2).
     #[serde(default)]
     pub softcap: bool,
+    /// K and V read through a page table (prefix-cached prefill): a gather path.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paged_kv: bool,
 }
 
 impl Features {
     /// Every combination, plain first.
-    pub const ALL: [Features; 4] = [
-        Features {
+    pub const ALL: [Features; 8] = {
+        let mut all = [Features {
             sinks: false,
             softcap: false,
-        },
-        Features {
-            sinks: true,
-            softcap: false,
-        },
-        Features {
-            sinks: false,
-            softcap: true,
-        },
-        Features {
-            sinks: true,
-            softcap: true,
-        },
-    ];
+            paged_kv: false,
+        }; 8];
+        let mut i = 0;
+        while i < 8 {
+            all[i] = Features {
+                sinks: i & 1 != 0,
+                softcap: i & 2 != 0,
+                paged_kv: i & 4 != 0,
+            };
+            i += 1;
+        }
+        all
+    };
 
-    /// `none`, `sinks`, `softcap` or `sinks+softcap`.
-    pub fn name(self) -> &'static str {
-        match (self.sinks, self.softcap) {
-            (false, false) => "none",
-            (true, false) => "sinks",
-            (false, true) => "softcap",
-            (true, true) => "sinks+softcap",
+    /// The names of the features set, in a fixed order.
+    fn parts(self) -> impl Iterator<Item = &'static str> {
+        [
+            (self.sinks, "sinks"),
+            (self.softcap, "softcap"),
+            (self.paged_kv, "paged"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+    }
+
+    /// `none`, or the features joined with `+`: `sinks+softcap+paged`.
+    pub fn name(self) -> String {
+        let parts: Vec<&str> = self.parts().collect();
+        if parts.is_empty() {
+            "none".to_string()
+        } else {
+            parts.join("+")
         }
     }
 }
 
 impl fmt::Display for Features {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.write_str(&self.name())
     }
 }
 
 impl FromStr for Features {
     type Err = ParseError;
 
-    /// `none`, `sinks`, `softcap`, or both joined with `+` in either order.
+    /// `none`, or any of `sinks`, `softcap`, `paged` joined with `+` in any order.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut f = Features::default();
         for part in s.trim().to_ascii_lowercase().split('+') {
@@ -167,11 +183,13 @@ impl FromStr for Features {
                 "none" | "" => {}
                 "sinks" | "sink" => f.sinks = true,
                 "softcap" => f.softcap = true,
+                "paged" | "paged_kv" | "paged-kv" => f.paged_kv = true,
                 _ => {
                     return Err(ParseError {
                         what: "feature set",
                         given: s.to_string(),
-                        expected: "none, sinks, softcap, sinks+softcap".into(),
+                        expected: "none, sinks, softcap, paged (joined with +, as in sinks+paged)"
+                            .into(),
                     })
                 }
             }
@@ -211,7 +229,7 @@ impl KernelSpec {
     }
 
     /// Short stable tag for file names: `sm90_bf16_d128_causal` (`d192v128` when the
-    /// head dims differ; `_sinks`, `_softcap` appended for score features).
+    /// head dims differ; `_sinks`, `_softcap`, `_paged` appended for features).
     pub fn tag(&self) -> String {
         let dims = if self.head_dim == self.head_dim_v {
             format!("d{}", self.head_dim)
@@ -219,11 +237,9 @@ impl KernelSpec {
             format!("d{}v{}", self.head_dim, self.head_dim_v)
         };
         let mut t = format!("{}_{}_{}_{}", self.arch, self.dtype, dims, self.mask);
-        if self.features.sinks {
-            t.push_str("_sinks");
-        }
-        if self.features.softcap {
-            t.push_str("_softcap");
+        for part in self.features.parts() {
+            t.push('_');
+            t.push_str(part);
         }
         t
     }
@@ -311,11 +327,19 @@ mod tests {
             Features::ALL[3]
         );
         assert_eq!("none".parse::<Features>().unwrap(), Features::default());
+        let paged: Features = "paged+sinks".parse().unwrap();
+        assert!(paged.paged_kv && paged.sinks && !paged.softcap);
+        assert_eq!(paged.name(), "sinks+paged");
+        assert_eq!(paged.name().parse::<Features>().unwrap(), paged);
+        // ALL holds each combination once, plain first.
+        let all: std::collections::BTreeSet<Features> = Features::ALL.into_iter().collect();
+        assert_eq!(all.len(), 8);
+        assert_eq!(Features::ALL[0], Features::default());
         assert!("alibi"
             .parse::<Features>()
             .unwrap_err()
             .to_string()
-            .contains("sinks+softcap"));
+            .contains("sinks, softcap, paged"));
     }
 
     #[test]
@@ -332,10 +356,16 @@ mod tests {
             features: Features {
                 sinks: true,
                 softcap: true,
+                ..Default::default()
             },
             ..s
         };
         assert_eq!(s3.tag(), "sm90_bf16_d128_local_sinks_softcap");
+        let s4 = KernelSpec {
+            features: "paged".parse().unwrap(),
+            ..s
+        };
+        assert_eq!(s4.tag(), "sm90_bf16_d128_causal_paged");
         let mut c = TileConfig {
             block_m: 128,
             block_n: 64,

@@ -62,13 +62,14 @@ struct OnlineSoftmax {
     }
 
     // Per row: the factor that normalises the output and the log-sum-exp of the row's
-    // scaled scores in natural log. `sink_log2` is a logit (times log2 e) that joins the
+    // scaled scores in natural log. `sink_log2_rows` holds per row a logit (times log2 e) that joins the
     // denominator only, -inf for none. A row that saw no key gets factor 0 and LSE -inf,
     // or the sink's logit when there is one.
-    __device__ __forceinline__ void finalize(float scale_log2, float sink_log2, float (&o_scale)[kRows],
-                                             float (&lse)[kRows]) {
+    __device__ __forceinline__ void finalize(float scale_log2, const float (&sink_log2_rows)[kRows],
+                                             float (&o_scale)[kRows], float (&lse)[kRows]) {
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
+            const float sink_log2 = sink_log2_rows[r];
             const float sum = quad_sum(row_sum[r]);
             const bool seen = sum > 0.f;
             const float row_top = seen ? row_max[r] * scale_log2 : neg_inf();

@@ -17,6 +17,7 @@
 #include "fa4/common/mask.cuh"
 #include "fa4/common/params.cuh"
 #include "fa4/common/ptx.cuh"
+#include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
 #include "fa4/portable/traits.cuh"
 
@@ -75,6 +76,25 @@ struct TileCopy {
             }
         }
     }
+
+    // The same copy for rows scattered in memory (paged K/V, pack-GQA's Q): `row_ptr(r)`
+    // gives the start of row r and is only asked for rows < valid_rows; the rest are
+    // zero-filled from `any_row`, which is never read.
+    template <class RowPtr>
+    __device__ __forceinline__ void load_rows(u32 smem_tile, const u16* any_row, RowPtr row_ptr,
+                                              int valid_rows) const {
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) {
+            const int chunk = step * kThreads + tid;
+            if (kChunks % kThreads == 0 || chunk < kChunks) {
+                const int r = chunk / kChunksPerRow;
+                const int c = (chunk % kChunksPerRow) * 8;
+                const bool valid = r < valid_rows;
+                const u16* src = valid ? row_ptr(r) + c : any_row;
+                cp_async_16(smem_tile + u32(r * kPitch + c) * 2, src, valid);
+            }
+        }
+    }
 };
 
 // Rows [0, valid_rows) of a padded shared-memory tile out to global memory.
@@ -97,7 +117,55 @@ __device__ __forceinline__ void store_tile(u16* gmem, i64 row_stride, const u16*
     }
 }
 
+// One K or V tile (keys key_begin ..) into its ring slot. Paged K/V: a tile inside one
+// page (pages of a multiple of kBlockN keys) is a plain strided copy from that page;
+// otherwise every row finds its own page.
+template <bool kPaged, int kBlockN, class Copy>
+__device__ __forceinline__ void load_kv_tile(const Copy& copy, u32 slot, const u16* gmem, i64 row_stride,
+                                             i64 page_stride, const PageTable& pages, int key_begin,
+                                             int valid_rows) {
+    if constexpr (kPaged) {
+        if (pages.page_size % kBlockN == 0) {
+            copy.load(slot, gmem + pages.row_offset(key_begin, page_stride, row_stride), row_stride, valid_rows);
+        } else {
+            copy.load_rows(slot, gmem, [&](int r) {
+                return gmem + pages.row_offset(key_begin + r, page_stride, row_stride);
+            }, valid_rows);
+        }
+    } else {
+        copy.load(slot, gmem + i64(key_begin) * row_stride, row_stride, valid_rows);
+    }
+}
+
+// The same store for rows scattered in memory (pack-GQA's O): row r starts at row_ptr(r).
+template <int kRows, int kCols, int kPitch, int kThreads, class RowPtr>
+__device__ __forceinline__ void store_rows(RowPtr row_ptr, const u16* smem, int valid_rows, int tid) {
+    constexpr int kChunksPerRow = kCols / 8;
+    constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+    for (int step = 0; step < CeilDiv<kChunks, kThreads>::value; ++step) {
+        const int chunk = step * kThreads + tid;
+        if (kChunks % kThreads == 0 || chunk < kChunks) {
+            const int row = chunk / kChunksPerRow;
+            const int col = (chunk % kChunksPerRow) * 8;
+            if (row < valid_rows) {
+                *reinterpret_cast<Vec16*>(row_ptr(row) + col) =
+                    *reinterpret_cast<const Vec16*>(smem + row * kPitch + col);
+            }
+        }
+    }
+}
+
 // ---- the kernel body ---------------------------------------------------------------------
+
+// Per-block values the main loop reads once per key block (see forward()). They sit in
+// the padding of the first K row, which no copy ever writes.
+struct BlockScalars {
+    int seqlen_q;     // this sequence's queries and keys
+    int seqlen_k;
+    int query_first;  // the queries of the block's first and last rows
+    int query_last;
+};
 
 template <class Config>
 __device__ __forceinline__ void forward(const FwdParams& params) {
@@ -113,52 +181,69 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     u16* const o_smem = q_smem;  // Q is dead once the last QK GEMM is done
     u16* const k_smem = q_smem + T::kSmemQO;
     u16* const v_smem = k_smem + kStages * T::kSmemK;
+    static_assert(sizeof(BlockScalars) == T::kPad * 2, "the scalars fill one row's padding");
+    BlockScalars* const block_scalars = reinterpret_cast<BlockScalars*>(k_smem + T::kHeadDim);
 
     // Causal blocks further down the sequence see more keys: launch those first (the
     // longest-processing-time order), so the short blocks fill the tail of the grid.
     const int m_block = T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int head = blockIdx.y;
     const int batch = blockIdx.z;
-    const int kv_head = head / (params.heads_q / params.heads_kv);
+    const SeqView seq = seq_view<T::kPaged>(params, batch);
+    // The block's rows: kBlockM query rows of one head or, with pack-GQA, kBlockM
+    // (query, head) pairs of the heads that share one KV head: row r is query r / kGroup
+    // of head head + r % kGroup. Rows of one query are adjacent, so they share the mask.
+    const int group = params.heads_q / params.heads_kv;
+    const int kGroup = T::kPackGqa ? group : 1;
+    const int rows = seq.seqlen_q * kGroup;
+    const int row_begin = m_block * T::kBlockM;  // first row of this block
+    if (row_begin >= rows) return;  // a varlen sequence shorter than the longest one
+    const int kv_head = T::kPackGqa ? blockIdx.y : blockIdx.y / group;
+    const int head = T::kPackGqa ? kv_head * group : blockIdx.y;  // first query head
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int quad_row = lane / 4;  // g: fragment row within an 8-row half
     const int quad_col = lane % 4;  // t: fragment column pair
-
-    const int row_begin = m_block * T::kBlockM;  // first query row of this block
     const int warp_row = warp * T::kRowsPerWarp;  // first row of this warp within the block
 
-    const Mask<T::kMask> mask{params.seqlen_q, params.seqlen_k, params.window_left, params.window_right};
+    // The queries the block's rows belong to: the mask is asked about these.
     // Key blocks n_end-1 down to n_begin are visited, in that order.
-    const int n_end = mask.n_block_end(row_begin, row_begin + T::kBlockM, T::kBlockN);
-    const int n_begin = mask.n_block_begin(row_begin, T::kBlockN);
-    const int n_tiles = imax(0, n_end - n_begin);
+    int n_end, n_tiles;
+    {
+        const int query_first = row_begin / kGroup;
+        const int query_last = (imin(row_begin + T::kBlockM, rows) - 1) / kGroup;
+        const Mask<T::kMask> mask{seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right};
+        n_end = mask.n_block_end(query_first, query_last + 1, T::kBlockN);
+        n_tiles = imax(0, n_end - mask.n_block_begin(query_first, T::kBlockN));
+        // The scalars the main loop needs now and then live in shared memory: read back
+        // after each barrier, they hold no registers across the loop (the accumulators
+        // need them all).
+        if (tid == 0) *block_scalars = BlockScalars{seq.seqlen_q, seq.seqlen_k, query_first, query_last};
+        __syncthreads();
+    }
     // With soft-capping the scores are scaled before the softmax sees them.
     const float score_scale_log2 = T::kSoftcap ? kLog2e : params.scale_log2;
 
-    const u16* const q_gmem = static_cast<const u16*>(params.q) + batch * params.q_batch_stride +
-                              head * params.q_head_stride + row_begin * params.q_row_stride;
-    const u16* const k_gmem = static_cast<const u16*>(params.k) + batch * params.k_batch_stride +
-                              kv_head * params.k_head_stride;
-    const u16* const v_gmem = static_cast<const u16*>(params.v) + batch * params.v_batch_stride +
-                              kv_head * params.v_head_stride;
+    const u16* const q_gmem = static_cast<const u16*>(params.q) + seq.q_offset + head * params.q_head_stride;
+    const u16* const k_gmem = static_cast<const u16*>(params.k) + seq.k_offset + kv_head * params.k_head_stride;
+    const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
+    const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
 
     const TileCopy<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads> k_copy(tid);
     const TileCopy<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads> v_copy(tid);
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
     auto load_k = [&](int tile) {
-        const int n_block = n_end - 1 - tile;
-        k_copy.load(k_smem_addr + (tile % kStages) * T::kSmemK * 2,
-                    k_gmem + i64(n_block) * T::kBlockN * params.k_row_stride, params.k_row_stride,
-                    params.seqlen_k - n_block * T::kBlockN);
+        const int key_begin = (n_end - 1 - tile) * T::kBlockN;
+        load_kv_tile<T::kPaged, T::kBlockN>(k_copy, k_smem_addr + (tile % kStages) * T::kSmemK * 2, k_gmem,
+                                            params.k_row_stride, params.k_batch_stride, page_table, key_begin,
+                                            block_scalars->seqlen_k - key_begin);
     };
     auto load_v = [&](int tile) {
-        const int n_block = n_end - 1 - tile;
-        v_copy.load(v_smem_addr + (tile % kStages) * T::kSmemV * 2,
-                    v_gmem + i64(n_block) * T::kBlockN * params.v_row_stride, params.v_row_stride,
-                    params.seqlen_k - n_block * T::kBlockN);
+        const int key_begin = (n_end - 1 - tile) * T::kBlockN;
+        load_kv_tile<T::kPaged, T::kBlockN>(v_copy, v_smem_addr + (tile % kStages) * T::kSmemV * 2, v_gmem,
+                                            params.v_row_stride, params.v_batch_stride, page_table, key_begin,
+                                            block_scalars->seqlen_k - key_begin);
     };
 
     // Lane offsets (in elements) of the row each lane hands to ldmatrix.
@@ -172,8 +257,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // ---- load: Q, then the first K/V tiles --------------------------------------------
     // Every stage commits its cp.async groups even when it has nothing to load, so the
     // wait counts below are the same constants on every iteration.
-    TileCopy<T::kBlockM, T::kHeadDim, T::kPitchQK, T::kThreads>(tid).load(
-        smem_u32(q_smem), q_gmem, params.q_row_stride, params.seqlen_q - row_begin);
+    {
+        const TileCopy<T::kBlockM, T::kHeadDim, T::kPitchQK, T::kThreads> q_copy(tid);
+        if constexpr (T::kPackGqa) {
+            q_copy.load_rows(smem_u32(q_smem), q_gmem, [&](int r) {
+                const int row = row_begin + r;
+                return q_gmem + i64(row / kGroup) * params.q_row_stride + (row % kGroup) * params.q_head_stride;
+            }, rows - row_begin);
+        } else {
+            q_copy.load(smem_u32(q_smem), q_gmem + i64(row_begin) * params.q_row_stride, params.q_row_stride,
+                        rows - row_begin);
+        }
+    }
     cp_async_commit();
     // kStages == 1 is FlashAttention-2's schedule: one K and one V buffer, K(t+1) loads
     // under softmax and PV of tile t, V(t+1) under QK of tile t+1. kStages >= 2 is a ring
@@ -278,12 +373,19 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 
         // ---- mask: only blocks that cross a mask edge or the end of the keys -------------
         const int col_begin = n_block * T::kBlockN;
-        if (mask.block_needs_mask(row_begin, row_begin + T::kBlockM - 1, col_begin, col_begin + T::kBlockN)) {
+        const BlockScalars scalars = *block_scalars;
+        const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
+        // Without a mask only the first block visited (the last keys) can straddle the end.
+        const bool needs_mask = T::kMask == MaskKind::None
+                                    ? tile == 0
+                                    : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
+                                                            col_begin + T::kBlockN);
+        if (needs_mask) {
 #pragma unroll
             for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int row = row_begin + warp_row + mt * 16 + h * 8 + quad_row;
+                    const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
                     const int first = mask.col_begin(row);
                     const int end = mask.col_end(row);
 #pragma unroll
@@ -341,9 +443,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // ---- epilogue: O / rowsum -> shared -> global (16-byte stores); LSE per row -----------
     cp_async_wait<0>();
     __syncthreads();  // all warps are past their last read of Q: its space takes O
+    // Where this block's rows go, read again rather than held in registers over the loop.
+    const SeqView seq_out = seq_view<T::kPaged>(params, blockIdx.z);
+    const int seq_rows = seq_out.seqlen_q * kGroup;
     float o_norm[2 * kMTiles];
     float lse[2 * kMTiles];
-    const float sink_log2 = T::kSinks ? params.sinks[head] * kLog2e : neg_inf();
+    // Sink logits per row: one head per block, or with pack-GQA the head of each row.
+    float sink_log2[2 * kMTiles];
+#pragma unroll
+    for (int r = 0; r < 2 * kMTiles; ++r) {
+        const int row = row_begin + warp_row + (r / 2) * 16 + (r % 2) * 8 + quad_row;
+        sink_log2[r] = T::kSinks ? params.sinks[head + row % kGroup] * kLog2e : neg_inf();
+    }
     softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -359,21 +470,28 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             }
         }
     if (quad_col == 0) {
-        float* const lse_gmem =
-            params.lse + (i64(batch) * params.heads_q + head) * i64(params.seqlen_q);
+        float* const lse_gmem = params.lse + seq_out.lse_offset + head * params.lse_head_stride;
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int row = row_begin + warp_row + mt * 16 + h * 8 + quad_row;
-                if (row < params.seqlen_q) lse_gmem[row] = lse[mt * 2 + h];
+                if (row < seq_rows) lse_gmem[(row % kGroup) * params.lse_head_stride + row / kGroup] = lse[mt * 2 + h];
             }
     }
     __syncthreads();
-    u16* const o_gmem = static_cast<u16*>(params.o) + batch * params.o_batch_stride +
-                        head * params.o_head_stride + row_begin * params.o_row_stride;
-    store_tile<T::kBlockM, T::kHeadDimV, T::kPitchV, T::kThreads>(
-        o_gmem, params.o_row_stride, o_smem, params.seqlen_q - row_begin, tid);
+    u16* const o_gmem = static_cast<u16*>(params.o) + seq_out.o_offset + head * params.o_head_stride;
+    if constexpr (T::kPackGqa) {
+        store_rows<T::kBlockM, T::kHeadDimV, T::kPitchV, T::kThreads>(
+            [&](int r) {
+                const int row = row_begin + r;
+                return o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride;
+            },
+            o_smem, seq_rows - row_begin, tid);
+    } else {
+        store_tile<T::kBlockM, T::kHeadDimV, T::kPitchV, T::kThreads>(
+            o_gmem + i64(row_begin) * params.o_row_stride, params.o_row_stride, o_smem, seq_rows - row_begin, tid);
+    }
 }
 
 }  // namespace portable

@@ -24,6 +24,8 @@ struct Traits {
     static constexpr bool kQInRegs = Config::kQInRegs;   // Q fragments loaded once
     static constexpr bool kSinks = Config::kSinks;       // per-head sink logits
     static constexpr bool kSoftcap = Config::kSoftcap;   // cap * tanh(score / cap)
+    static constexpr bool kPaged = Config::kPaged;       // K/V through a page table
+    static constexpr bool kPackGqa = Config::kPackGqa;   // rows = (query, head) of one KV head
 
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = kBlockM / kWarps;
