@@ -31,6 +31,12 @@ pub enum ProblemError {
     },
     #[error("{what} = {value} elements is not a multiple of 8 (16 bytes): the kernels load 16 bytes at a time")]
     Stride { what: &'static str, value: i64 },
+    #[error("{what} = {value} elements is over {max}: the kernels address a tile of rows with 32-bit offsets; make the rows closer together")]
+    StrideTooLarge {
+        what: &'static str,
+        value: i64,
+        max: i64,
+    },
     #[error("softmax_scale {0} is not a finite positive number")]
     Scale(String),
     #[error("window ({left}, {right}) is not a sliding window: each side is -1 (unbounded) or a key count")]
@@ -48,6 +54,10 @@ pub enum ProblemError {
     #[error("{0} is set, but this kernel was not built for it: {1}")]
     Unexpected(&'static str, &'static str),
 }
+
+/// The largest token-row stride of Q, K and V, in elements: a tile of up to 256 rows
+/// then spans less than 2^32 elements (the kernels step through it in 32 bits).
+pub const MAX_ROW_STRIDE: i64 = 1 << 24;
 
 /// The host-side checks of a forward launch: shapes, pointers, alignment, strides.
 pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
@@ -115,6 +125,19 @@ pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
         ("o_row_stride", p.o_row_stride),
         ("o_head_stride", p.o_head_stride),
     ];
+    for (what, value) in [
+        ("q_row_stride", p.q_row_stride),
+        ("k_row_stride", p.k_row_stride),
+        ("v_row_stride", p.v_row_stride),
+    ] {
+        if value > MAX_ROW_STRIDE {
+            return Err(ProblemError::StrideTooLarge {
+                what,
+                value,
+                max: MAX_ROW_STRIDE,
+            });
+        }
+    }
     at_least("lse_batch_stride", p.lse_batch_stride, 0)?;
     at_least("lse_head_stride", p.lse_head_stride, 0)?;
     for (what, value) in strides {
@@ -342,6 +365,13 @@ mod tests {
                     ..good()
                 },
                 "heads_q is 0",
+            ),
+            (
+                FwdParams {
+                    k_row_stride: (1 << 24) + 8,
+                    ..good()
+                },
+                "k_row_stride = 16777224 elements is over 16777216",
             ),
         ];
         for (p, expected) in cases {

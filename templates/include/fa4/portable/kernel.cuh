@@ -31,7 +31,12 @@ namespace portable {
 // per kernel and a tile load is an add per step: this keeps address arithmetic out of
 // the registers the accumulators need. Rows >= valid_rows are zero-filled without
 // touching global memory.
-template <int kRows, int kCols, int kPitch, int kThreads>
+//
+// kStepOffsets32: the steps add 32-bit offsets to one 64-bit address per thread (fewer
+// instructions; the host keeps row strides below 2^24 elements so a tile's span fits),
+// instead of a 64-bit multiply-add per step (fewer registers live: ptxas hoists the
+// 32-bit form's addresses).
+template <int kRows, int kCols, int kPitch, int kThreads, bool kStepOffsets32 = false>
 struct TileCopy {
     static constexpr int kChunksPerRow = kCols / 8;
     static constexpr int kChunks = kRows * kChunksPerRow;
@@ -53,12 +58,19 @@ struct TileCopy {
                                          int valid_rows) const {
         if constexpr (kWholeRows) {
             const u32 smem_thread = smem_tile + u32(row * kPitch + col) * 2;
+            const u16* const gmem_thread = gmem_tile + row * row_stride + col;
+            const u32 step_elems = u32(kRowsPerStep) * u32(row_stride);
 #pragma unroll
             for (int step = 0; step < kSteps; ++step) {
                 const int r = row + step * kRowsPerStep;
                 if (kRows % kRowsPerStep == 0 || r < kRows) {
                     const bool valid = r < valid_rows;
-                    const u16* src = gmem_tile + (valid ? r * row_stride + col : 0);
+                    const u16* src;
+                    if constexpr (kStepOffsets32) {
+                        src = valid ? gmem_thread + u32(step) * step_elems : gmem_tile;
+                    } else {
+                        src = gmem_tile + (valid ? r * row_stride + col : 0);
+                    }
                     cp_async_16(smem_thread + step * kRowsPerStep * kPitch * 2, src, valid);
                 }
             }
@@ -229,21 +241,26 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
     const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
 
-    const TileCopy<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads> k_copy(tid);
-    const TileCopy<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads> v_copy(tid);
+    const TileCopy<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads, !T::kCompactLoads> k_copy(tid);
+    const TileCopy<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads, !T::kCompactLoads> v_copy(tid);
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
-    auto load_k = [&](int tile) {
+    // Only the first key block visited (the highest keys) can run past the end of the
+    // keys: every later one is whole, so the main loop's loads (`whole` set) need no row
+    // count (except in the compact form, see Traits::kCompactLoads).
+    auto load_k = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
         load_kv_tile<T::kPaged, T::kBlockN>(k_copy, k_smem_addr + (tile % kStages) * T::kSmemK * 2, k_gmem,
                                             params.k_row_stride, params.k_batch_stride, page_table, key_begin,
-                                            block_scalars->seqlen_k - key_begin);
+                                            whole && !T::kCompactLoads ? T::kBlockN
+                                                                       : block_scalars->seqlen_k - key_begin);
     };
-    auto load_v = [&](int tile) {
+    auto load_v = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
         load_kv_tile<T::kPaged, T::kBlockN>(v_copy, v_smem_addr + (tile % kStages) * T::kSmemV * 2, v_gmem,
                                             params.v_row_stride, params.v_batch_stride, page_table, key_begin,
-                                            block_scalars->seqlen_k - key_begin);
+                                            whole && !T::kCompactLoads ? T::kBlockN
+                                                                       : block_scalars->seqlen_k - key_begin);
     };
 
     // Lane offsets (in elements) of the row each lane hands to ldmatrix.
@@ -276,9 +293,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     constexpr int kPrologueTiles = kStages == 1 ? 1 : kStages - 1;
 #pragma unroll
     for (int tile = 0; tile < kPrologueTiles; ++tile) {
-        if (tile < n_tiles) load_k(tile);
+        if (tile < n_tiles) load_k(tile, tile > 0);
         cp_async_commit();
-        if (tile < n_tiles) load_v(tile);
+        if (tile < n_tiles) load_v(tile, tile > 0);
         cp_async_commit();
     }
     constexpr int kWaitK = kStages == 1 ? 1 : 2 * kStages - 3;
@@ -306,8 +323,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         if constexpr (kStages >= 2) {
             // The slot of tile-1 is free: refill it with the tile kStages-1 ahead.
             if (tile + kStages - 1 < n_tiles) {
-                load_k(tile + kStages - 1);
-                load_v(tile + kStages - 1);
+                load_k(tile + kStages - 1, true);
+                load_v(tile + kStages - 1, true);
             }
             cp_async_commit();
             cp_async_commit();
@@ -356,7 +373,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         }
         if constexpr (kStages == 1) {
             __syncthreads();  // every warp is done with the K buffer
-            if (tile + 1 < n_tiles) load_k(tile + 1);
+            if (tile + 1 < n_tiles) load_k(tile + 1, true);
             cp_async_commit();
         }
 
@@ -435,7 +452,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         }
         if constexpr (kStages == 1) {
             __syncthreads();  // every warp is done with the V buffer
-            if (tile + 1 < n_tiles) load_v(tile + 1);
+            if (tile + 1 < n_tiles) load_v(tile + 1, true);
             cp_async_commit();
         }
     }

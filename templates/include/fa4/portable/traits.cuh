@@ -35,6 +35,13 @@ struct Traits {
     static constexpr int kQkSteps = kHeadDim / 16;     // k-steps of S = Q K^T
     static constexpr int kPvSteps = kBlockN / 16;      // k-steps of O += P V
 
+    // f32 accumulator registers per thread (O and S). Tiles past 160 keep the compact
+    // K/V load form: the faster one (no row count in the main loop, 32-bit step
+    // offsets) lets ptxas hoist addresses, which spills the tiles at the 255-register
+    // limit (d128 128x64, measured in bench/NOTES.md).
+    static constexpr int kAccumulatorRegs = kMTiles * (kOTiles + kNTiles) * 4;
+    static constexpr bool kCompactLoads = kAccumulatorRegs > 160;
+
     // Shared memory, in 16-bit elements. Every row is padded by 16 bytes: the row pitch is
     // then an odd number of 16-byte units, so the 8 row addresses of one ldmatrix land in
     // 8 different bank groups and no access conflicts.
