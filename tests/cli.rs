@@ -30,7 +30,7 @@ fn list_json_is_the_whole_space() {
     );
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows.len(), 6 * 66, "6 specs (dtype x mask) x 66 candidates");
+    assert_eq!(rows.len(), 6 * 72, "6 specs (dtype x mask) x 72 candidates");
     assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 6);
     let pruned: Vec<_> = rows
         .iter()

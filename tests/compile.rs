@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use fa4_gen::compile::resources::SPILL_TOLERANCE;
 use fa4_gen::compile::{self, BuildDir, Outcome, Report, Silent};
 use fa4_gen::render::Renderer;
 use fa4_gen::space::{self, Candidate, RejectKind, Template};
@@ -62,12 +63,8 @@ fn defaults_compile_for_every_arch_and_head_dim() {
                     k.id,
                     r.registers
                 );
-                assert_eq!(
-                    (r.spill_stores, r.spill_loads, r.stack_frame),
-                    (0, 0, 0),
-                    "{}",
-                    k.id
-                );
+                assert_eq!(r.disqualification(), None, "{}", k.id);
+                assert!(r.spill_stores <= SPILL_TOLERANCE.0, "{}", k.id);
                 assert!(r.barriers >= 1, "{}: the kernel synchronises", k.id);
                 assert!(k.footprint.smem_bytes <= arch.max_smem_per_block());
                 assert_eq!(k.footprint.threads, k.candidate.config.warps * 32);
@@ -97,8 +94,8 @@ fn defaults_compile_for_every_arch_and_head_dim() {
     );
 }
 
-/// Every feature variant's default compiles without spills on sm90, for every head dim
-/// and mask.
+/// Every feature variant's default compiles on sm90 (spills within the tolerance), for
+/// every head dim and mask.
 #[test]
 fn feature_defaults_compile_on_sm90() {
     let dir = tempfile::tempdir().unwrap();
@@ -132,7 +129,7 @@ fn feature_defaults_compile_on_sm90() {
     assert!(report
         .kernels
         .iter()
-        .all(|k| k.resources.spill_stores == 0 && k.resources.stack_frame == 0));
+        .all(|k| k.resources.disqualification().is_none()));
 }
 
 /// The real ptxas verdict: a config that passes the static checks but spills on sm90 is
@@ -166,8 +163,9 @@ fn spilling_configs_are_rejected_with_the_reason() {
         verdict: Ok(space::Footprint {
             threads: 128,
             block_m: 128,
-            // Q 128 x 136 and one stage of K and V 128 x 136, bf16.
-            smem_bytes: (128 * 136 * 3) * 2,
+            // Q and one stage of K and V, 128 x 128 each (swizzled), bf16, and 16 bytes
+            // of per-block scalars.
+            smem_bytes: (128 * 128 * 3) * 2 + 16,
             est_registers: 250,
             pack_gqa: false,
         }),

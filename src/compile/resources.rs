@@ -20,8 +20,21 @@ pub struct Resources {
 
 impl Resources {
     /// Why this kernel must not be used, if it must not: spills or a stack frame move
-    /// registers to local memory, which costs far more than any tile shape gains.
+    /// registers to local memory, which costs far more than any tile shape gains, except
+    /// for a few registers parked across the main loop. At the 255-register limit ptxas
+    /// stores up to four lane indices before the loop and reloads them in the epilogue
+    /// (SASS in bench/NOTES.md); [`SPILL_TOLERANCE`] lets those through to be timed.
     pub fn disqualification(&self) -> Option<String> {
+        let (stores, loads) = SPILL_TOLERANCE;
+        let tolerated =
+            self.spill_stores <= stores && self.spill_loads <= loads && self.stack_frame <= stores;
+        if tolerated {
+            return self
+                .warnings
+                .iter()
+                .find(|w| w.contains("C7510") || w.contains("C7511") || w.contains("C7515"))
+                .map(|w| format!("ptxas: {w}"));
+        }
         if self.spill_stores > 0 || self.spill_loads > 0 {
             Some(format!(
                 "spills registers ({} bytes stored, {} loaded at {} registers)",
@@ -40,6 +53,11 @@ impl Resources {
         }
     }
 }
+
+/// The largest spill a kernel may have and still be built, (bytes stored, bytes
+/// loaded): four registers stored, each reloaded at most twice. The stack frame may be
+/// as large as the stores.
+pub const SPILL_TOLERANCE: (u32, u32) = (16, 32);
 
 /// Reads the report of the entry function `entry` out of an NVRTC log.
 /// Returns `None` when the log holds no report for it.
@@ -94,8 +112,8 @@ ptxas info    : Compiling entry function 'other' for 'sm_90a'
 ptxas info    : Used 12 registers, used 0 barriers
 ptxas info    : Compiling entry function 'fa4_fwd' for 'sm_90a'
 ptxas info    : Function properties for fa4_fwd
-ptxas         .     8 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads
-ptxas info    : Used 255 registers, used 1 barriers, 4096 bytes smem, 8 bytes cumulative stack size
+ptxas         .     24 bytes stack frame, 24 bytes spill stores, 20 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 4096 bytes smem, 24 bytes cumulative stack size
 ptxas info    : Compile time = 473.861 ms
 ";
 
@@ -105,8 +123,28 @@ ptxas info    : Compile time = 473.861 ms
         assert_eq!(r.registers, 255);
         assert_eq!(r.barriers, 1);
         assert_eq!(r.static_smem, 4096);
-        assert_eq!((r.stack_frame, r.spill_stores, r.spill_loads), (8, 8, 4));
+        assert_eq!((r.stack_frame, r.spill_stores, r.spill_loads), (24, 24, 20));
         assert!(r.disqualification().unwrap().contains("spills"));
+        // A spill within the tolerance is built (and judged by timing); past it, not.
+        let small = Resources {
+            stack_frame: 16,
+            spill_stores: 16,
+            spill_loads: 32,
+            ..r.clone()
+        };
+        assert_eq!(small.disqualification(), None);
+        let past = Resources {
+            spill_loads: 36,
+            ..small.clone()
+        };
+        assert!(past.disqualification().unwrap().contains("spills"));
+        let frame = Resources {
+            stack_frame: 24,
+            spill_stores: 0,
+            spill_loads: 0,
+            ..small
+        };
+        assert!(frame.disqualification().unwrap().contains("stack frame"));
         assert!(parse(LOG, "missing").is_none());
     }
 

@@ -16,6 +16,10 @@ pub(super) const HEAD_DIMS: &[(u32, u32)] =
 /// memory every key block (fewer shared-memory reads, more registers).
 const Q_IN_REGS: &str = "qregs";
 
+/// Switch: pad shared-memory rows instead of swizzling them (head dims that are
+/// multiples of 64 swizzle by default; others are always padded). Set only when on.
+pub const PADDED: &str = "pad";
+
 /// Switch: pack the query heads that share a KV head into the rows of one block
 /// (FlashAttention's pack-GQA). Short query sequences then still fill 64- or 128-row
 /// tiles, and each K/V tile loaded serves the whole group. Set only when on, so configs
@@ -27,17 +31,26 @@ const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
 const BLOCK_N: &[u32] = &[32, 64, 128];
 const STAGES: &[u32] = &[1, 2, 3];
 
+/// The `q_in_regs` argument of [`config`] for a padded-row config without Q in registers.
+const PAD_ROWS: u32 = 2;
+
+/// A config; `q_in_regs` 0 or 1 sets that switch, [`PAD_ROWS`] picks padded rows instead.
 fn config(block_m: u32, warps: u32, block_n: u32, stages: u32, q_in_regs: u32) -> TileConfig {
+    let mut switches = BTreeMap::from([(Q_IN_REGS.to_string(), q_in_regs.min(1))]);
+    if q_in_regs == PAD_ROWS {
+        switches.insert(Q_IN_REGS.to_string(), 0);
+        switches.insert(PADDED.to_string(), 1);
+    }
     TileConfig {
         block_m,
         block_n,
         warps,
         stages,
-        switches: BTreeMap::from([(Q_IN_REGS.to_string(), q_in_regs)]),
+        switches,
     }
 }
 
-pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
+pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     let mut out = Vec::new();
     for &(block_m, warps) in BLOCK_M_WARPS {
         for &block_n in BLOCK_N {
@@ -45,6 +58,18 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
                 for q_in_regs in [0, 1] {
                     out.push(config(block_m, warps, block_n, stages, q_in_regs));
                 }
+            }
+        }
+    }
+    // Padded-row variants of the one-stage tiles, where rows could be swizzled: the
+    // swizzle's XORs cost registers that some tiles (d256 128x128) miss more than they
+    // gain from whole-line copies.
+    if spec.head_dim % 64 == 0 && spec.head_dim_v % 64 == 0 {
+        for &(block_m, warps) in BLOCK_M_WARPS {
+            for block_n in [64, 128] {
+                let mut c = config(block_m, warps, block_n, 1, 0);
+                c.switches.insert(PADDED.to_string(), 1);
+                out.push(c);
             }
         }
     }
@@ -62,15 +87,20 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
     out
 }
 
-/// Padding of every shared-memory row, in elements (see traits.cuh: odd pitch in 16 B).
-const PAD: u32 = 8;
+/// Shared-memory layout (traits.cuh, layout.cuh): rows of whole 128-byte lines (head
+/// dims that are multiples of 64) are swizzled and followed by 16 bytes of per-block
+/// scalars; other rows are padded by 8 elements (an odd pitch in 16-byte chunks).
+fn swizzled(spec: &KernelSpec, c: &TileConfig) -> bool {
+    spec.head_dim % 64 == 0 && spec.head_dim_v % 64 == 0 && c.switch(PADDED, 0) == 0
+}
 
 pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    let pitch_qk = spec.head_dim + PAD;
-    let pitch_v = spec.head_dim_v + PAD;
+    let (pad, scalars) = if swizzled(spec, c) { (0, 16) } else { (8, 0) };
+    let pitch_qk = spec.head_dim + pad;
+    let pitch_v = spec.head_dim_v + pad;
     let q_or_o = (c.block_m * pitch_qk).max(c.block_m * pitch_v);
     let kv_stage = c.block_n * pitch_qk + c.block_n * pitch_v;
-    (q_or_o + c.stages * kv_stage) * spec.dtype.size()
+    (q_or_o + c.stages * kv_stage) * spec.dtype.size() + scalars
 }
 
 /// Registers per thread: the f32 accumulators of O and S, Q's fragments when they stay
@@ -156,16 +186,24 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 /// tuner replaces the default wherever it measures better.
 pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     let causal = spec.mask == MaskKind::Causal;
-    let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, causal) {
-        (..=64, _) => &[(128, 4, 64, 1, 1)],
-        // d96 is not on the paper grid, and d128's pick spills at d96: generic list.
-        (..=96, _) => &[],
-        (..=128, _) => &[(128, 4, 64, 1, 0)],
-        // d192 is not on the paper grid: its 128x128 tile spills; take d256's causal pick.
-        (..=192, _) => &[(64, 4, 64, 1, 0)],
-        (_, false) => &[(128, 8, 128, 1, 0)],
-        (_, true) => &[(64, 4, 64, 1, 0)],
-    };
+    // Swizzled rows unless marked PAD_ROWS: the tiles where the swizzle's XORs spill
+    // (d192, d128 with softcap) or lose (d256 128x128, bench/NOTES.md) keep padded rows.
+    let measured_sm90: &[(u32, u32, u32, u32, u32)] =
+        match (spec.head_dim, causal, spec.features.softcap) {
+            (..=64, _, _) => &[(128, 4, 64, 1, 1)],
+            // d96 is not on the paper grid, and d128's pick spills at d96: generic list.
+            (..=96, _, _) => &[],
+            (..=128, _, false) => &[(128, 4, 64, 1, 0)],
+            (..=128, _, true) => &[(128, 4, 64, 1, PAD_ROWS)],
+            // d192 is not on the paper grid: its 128x128 tile spills; causal takes
+            // d256's causal pick (padded: swizzled it spills), non-causal the generic
+            // list (the 64x64 tile spills there either way).
+            (..=192, true, _) => &[(64, 4, 64, 1, PAD_ROWS)],
+            (..=192, false, _) => &[],
+            (_, false, _) => &[(128, 8, 128, 1, PAD_ROWS)],
+            (_, true, _) => &[(64, 4, 64, 1, 0)],
+        };
+
     let generic: &[(u32, u32, u32, u32, u32)] = if spec.head_dim <= 64 {
         &[
             (128, 4, 64, 2, 0),
@@ -236,6 +274,7 @@ pub(super) fn render_values(
         ("softcap", json!(spec.features.softcap)),
         ("paged_kv", json!(spec.features.paged_kv)),
         ("pack_gqa", json!(c.switch(PACK_GQA, 0) == 1)),
+        ("swizzle", json!(swizzled(spec, c))),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
 }
@@ -247,17 +286,24 @@ mod tests {
 
     #[test]
     fn smem_matches_hand_computation() {
-        // d=128, 128x64 tile, 2 stages: Q 128*136 + 2 * (64*136 + 64*136) elements.
+        // d=128 (swizzled), 128x64 tile, 2 stages: Q 128*128 + 2 * (64*128 + 64*128)
+        // elements, and 16 bytes of per-block scalars.
         let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
-        assert_eq!(smem_bytes(&spec, &config(128, 8, 64, 2, 0)), 104_448);
+        assert_eq!(smem_bytes(&spec, &config(128, 8, 64, 2, 0)), 98_304 + 16);
         let spec = KernelSpec {
             head_dim_v: 64,
             ..spec
         };
-        // O (128*72) is smaller than Q (128*136): the larger wins.
+        // O (128*64) is smaller than Q (128*128): the larger wins.
         assert_eq!(
             smem_bytes(&spec, &config(128, 8, 64, 1, 0)),
-            (128 * 136 + 64 * 136 + 64 * 72) * 2
+            (128 * 128 + 64 * 128 + 64 * 64) * 2 + 16
+        );
+        // d=96 rows are padded: 104 elements, no scalars after the tiles.
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 96, MaskKind::None);
+        assert_eq!(
+            smem_bytes(&spec, &config(64, 4, 64, 1, 0)),
+            (64 * 104 + 64 * 104 * 2) * 2
         );
     }
 

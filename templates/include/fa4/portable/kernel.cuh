@@ -19,6 +19,7 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
+#include "fa4/portable/layout.cuh"
 #include "fa4/portable/traits.cuh"
 
 namespace fa4 {
@@ -36,8 +37,10 @@ namespace portable {
 // instructions; the host keeps row strides below 2^24 elements so a tile's span fits),
 // instead of a 64-bit multiply-add per step (fewer registers live: ptxas hoists the
 // 32-bit form's addresses).
-template <int kRows, int kCols, int kPitch, int kThreads, bool kStepOffsets32 = false>
+template <int kRows, class Layout, int kThreads, bool kStepOffsets32 = false>
 struct TileCopy {
+    static constexpr int kCols = Layout::kCols;
+    static constexpr int kPitch = Layout::kPitch;
     static constexpr int kChunksPerRow = kCols / 8;
     static constexpr int kChunks = kRows * kChunksPerRow;
     static constexpr int kSteps = CeilDiv<kChunks, kThreads>::value;
@@ -57,7 +60,6 @@ struct TileCopy {
     __device__ __forceinline__ void load(u32 smem_tile, const u16* gmem_tile, i64 row_stride,
                                          int valid_rows) const {
         if constexpr (kWholeRows) {
-            const u32 smem_thread = smem_tile + u32(row * kPitch + col) * 2;
             const u16* const gmem_thread = gmem_tile + row * row_stride + col;
             const u32 step_elems = u32(kRowsPerStep) * u32(row_stride);
 #pragma unroll
@@ -71,7 +73,7 @@ struct TileCopy {
                     } else {
                         src = gmem_tile + (valid ? r * row_stride + col : 0);
                     }
-                    cp_async_16(smem_thread + step * kRowsPerStep * kPitch * 2, src, valid);
+                    cp_async_16(smem_tile + u32(Layout::offset(r, col)) * 2, src, valid);
                 }
             }
         } else {
@@ -83,7 +85,7 @@ struct TileCopy {
                     const int c = (chunk % kChunksPerRow) * 8;
                     const bool valid = r < valid_rows;
                     const u16* src = gmem_tile + (valid ? r * row_stride + c : 0);
-                    cp_async_16(smem_tile + u32(r * kPitch + c) * 2, src, valid);
+                    cp_async_16(smem_tile + u32(Layout::offset(r, c)) * 2, src, valid);
                 }
             }
         }
@@ -103,17 +105,17 @@ struct TileCopy {
                 const int c = (chunk % kChunksPerRow) * 8;
                 const bool valid = r < valid_rows;
                 const u16* src = valid ? row_ptr(r) + c : any_row;
-                cp_async_16(smem_tile + u32(r * kPitch + c) * 2, src, valid);
+                cp_async_16(smem_tile + u32(Layout::offset(r, c)) * 2, src, valid);
             }
         }
     }
 };
 
-// Rows [0, valid_rows) of a padded shared-memory tile out to global memory.
-template <int kRows, int kCols, int kPitch, int kThreads>
+// Rows [0, valid_rows) of a shared-memory tile out to global memory.
+template <int kRows, class Layout, int kThreads>
 __device__ __forceinline__ void store_tile(u16* gmem, i64 row_stride, const u16* smem,
                                            int valid_rows, int tid) {
-    constexpr int kChunksPerRow = kCols / 8;
+    constexpr int kChunksPerRow = Layout::kCols / 8;
     constexpr int kChunks = kRows * kChunksPerRow;
 #pragma unroll
     for (int step = 0; step < CeilDiv<kChunks, kThreads>::value; ++step) {
@@ -123,7 +125,7 @@ __device__ __forceinline__ void store_tile(u16* gmem, i64 row_stride, const u16*
             const int col = (chunk % kChunksPerRow) * 8;
             if (row < valid_rows) {
                 *reinterpret_cast<Vec16*>(gmem + row * row_stride + col) =
-                    *reinterpret_cast<const Vec16*>(smem + row * kPitch + col);
+                    *reinterpret_cast<const Vec16*>(smem + Layout::offset(row, col));
             }
         }
     }
@@ -150,9 +152,9 @@ __device__ __forceinline__ void load_kv_tile(const Copy& copy, u32 slot, const u
 }
 
 // The same store for rows scattered in memory (pack-GQA's O): row r starts at row_ptr(r).
-template <int kRows, int kCols, int kPitch, int kThreads, class RowPtr>
+template <int kRows, class Layout, int kThreads, class RowPtr>
 __device__ __forceinline__ void store_rows(RowPtr row_ptr, const u16* smem, int valid_rows, int tid) {
-    constexpr int kChunksPerRow = kCols / 8;
+    constexpr int kChunksPerRow = Layout::kCols / 8;
     constexpr int kChunks = kRows * kChunksPerRow;
 #pragma unroll
     for (int step = 0; step < CeilDiv<kChunks, kThreads>::value; ++step) {
@@ -162,7 +164,7 @@ __device__ __forceinline__ void store_rows(RowPtr row_ptr, const u16* smem, int 
             const int col = (chunk % kChunksPerRow) * 8;
             if (row < valid_rows) {
                 *reinterpret_cast<Vec16*>(row_ptr(row) + col) =
-                    *reinterpret_cast<const Vec16*>(smem + row * kPitch + col);
+                    *reinterpret_cast<const Vec16*>(smem + Layout::offset(row, col));
             }
         }
     }
@@ -170,8 +172,7 @@ __device__ __forceinline__ void store_rows(RowPtr row_ptr, const u16* smem, int 
 
 // ---- the kernel body ---------------------------------------------------------------------
 
-// Per-block values the main loop reads once per key block (see forward()). They sit in
-// the padding of the first K row, which no copy ever writes.
+// Per-block values the main loop reads once per key block (see forward()).
 struct BlockScalars {
     int seqlen_q;     // this sequence's queries and keys
     int seqlen_k;
@@ -193,8 +194,11 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     u16* const o_smem = q_smem;  // Q is dead once the last QK GEMM is done
     u16* const k_smem = q_smem + T::kSmemQO;
     u16* const v_smem = k_smem + kStages * T::kSmemK;
-    static_assert(sizeof(BlockScalars) == T::kPad * 2, "the scalars fill one row's padding");
-    BlockScalars* const block_scalars = reinterpret_cast<BlockScalars*>(k_smem + T::kHeadDim);
+    // Padded rows: in the padding of the first K row, which no copy writes; swizzled
+    // rows have none, and the scalars follow the tiles.
+    BlockScalars* const block_scalars = reinterpret_cast<BlockScalars*>(
+        T::kSwizzle ? smem_raw + T::kSmemTilesBytes : reinterpret_cast<unsigned char*>(k_smem + T::kHeadDim));
+    static_assert(sizeof(BlockScalars) == 16 && (T::kSwizzle || T::kPad == 8), "the scalars take 16 bytes");
 
     // Causal blocks further down the sequence see more keys: launch those first (the
     // longest-processing-time order), so the short blocks fill the tail of the grid.
@@ -241,8 +245,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
     const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
 
-    const TileCopy<T::kBlockN, T::kHeadDim, T::kPitchQK, T::kThreads, !T::kCompactLoads> k_copy(tid);
-    const TileCopy<T::kBlockN, T::kHeadDimV, T::kPitchV, T::kThreads, !T::kCompactLoads> v_copy(tid);
+    const TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, !T::kCompactLoads> k_copy(tid);
+    const TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, !T::kCompactLoads> v_copy(tid);
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
     // Only the first key block visited (the highest keys) can run past the end of the
@@ -267,15 +271,17 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     //   Q (A operand, x4 = rows 0-7|8-15 x cols 0-7|8-15):  row lane%16, col (lane/16)*8
     //   K (B operand, x4 = two n-tiles x two k-halves):     row (lane/16)*8 + lane%8, col (lane/8)%2*8
     //   V (B operand via .trans, x4 = two k-halves x two n-tiles): row (lane/8)%2*8 + lane%8, col (lane/16)*8
-    const int q_lane = (warp_row + lane % 16) * T::kPitchQK + (lane / 16) * 8;
-    const int k_lane = ((lane / 16) * 8 + lane % 8) * T::kPitchQK + ((lane / 8) % 2) * 8;
-    const int v_lane = (((lane / 8) % 2) * 8 + lane % 8) * T::kPitchV + (lane / 16) * 8;
+    using LayoutQK = typename T::LayoutQK;
+    using LayoutV = typename T::LayoutV;
+    const u32 q_lane = smem_u32(q_smem) + LayoutQK::lane_base(warp_row + lane % 16, lane / 16);
+    const u32 k_lane = LayoutQK::lane_base((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const u32 v_lane = LayoutV::lane_base(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
 
     // ---- load: Q, then the first K/V tiles --------------------------------------------
     // Every stage commits its cp.async groups even when it has nothing to load, so the
     // wait counts below are the same constants on every iteration.
     {
-        const TileCopy<T::kBlockM, T::kHeadDim, T::kPitchQK, T::kThreads> q_copy(tid);
+        const TileCopy<T::kBlockM, typename T::LayoutQK, T::kThreads> q_copy(tid);
         if constexpr (T::kPackGqa) {
             q_copy.load_rows(smem_u32(q_smem), q_gmem, [&](int r) {
                 const int row = row_begin + r;
@@ -315,8 +321,12 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int n_block = n_end - 1 - tile;
-        const u16* const k_tile = k_smem + (tile % kStages) * T::kSmemK;
-        const u16* const v_tile = v_smem + (tile % kStages) * T::kSmemV;
+        // This iteration's ldmatrix bases. Swizzled, they are made opaque so that their
+        // XOR-ed variants are computed here, not hoisted out of the loop (layout.cuh).
+        const auto fresh = [](u32 x) { return T::kSwizzle ? opaque(x) : x; };
+        const u32 q_base = fresh(q_lane);
+        const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
+        const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
 
         cp_async_wait<kWaitK>();  // K(tile) (and Q) have landed for this thread ...
         __syncthreads();          // ... and for every thread; tile-1 is fully consumed
@@ -335,8 +345,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                 for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
                     for (int ks = 0; ks < T::kQkSteps; ++ks)
-                        ldmatrix_x4(q_frag[mt][ks],
-                                    smem_u32(q_smem + q_lane + mt * 16 * T::kPitchQK + ks * 16));
+                        ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
             }
         }
 
@@ -357,13 +366,13 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 #pragma unroll
                     for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
                 } else {
-                    ldmatrix_x4(a[mt], smem_u32(q_smem + q_lane + mt * 16 * T::kPitchQK + ks * 16));
+                    ldmatrix_x4(a[mt], LayoutQK::at(q_base, mt * 16, ks));
                 }
             }
 #pragma unroll
             for (int np = 0; np < kNTiles / 2; ++np) {
                 u32 b[4];
-                ldmatrix_x4(b, smem_u32(k_tile + k_lane + np * 16 * T::kPitchQK + ks * 16));
+                ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
 #pragma unroll
                 for (int mt = 0; mt < kMTiles; ++mt) {
                     mma_16816<kBf16>(s[mt][2 * np], a[mt], b[0], b[1]);
@@ -442,7 +451,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 #pragma unroll
             for (int dp = 0; dp < kOTiles / 2; ++dp) {
                 u32 b[4];
-                ldmatrix_x4_trans(b, smem_u32(v_tile + v_lane + ks * 16 * T::kPitchV + dp * 16));
+                ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
 #pragma unroll
                 for (int mt = 0; mt < kMTiles; ++mt) {
                     mma_16816<kBf16>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
@@ -482,7 +491,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 #pragma unroll
             for (int ot = 0; ot < kOTiles; ++ot) {
                 const int col = ot * 8 + quad_col * 2;
-                *reinterpret_cast<u32*>(o_smem + row * T::kPitchV + col) = pack2<kBf16>(
+                *reinterpret_cast<u32*>(o_smem + LayoutV::offset(row, col)) = pack2<kBf16>(
                     o_acc[mt][ot][2 * h] * norm, o_acc[mt][ot][2 * h + 1] * norm);
             }
         }
@@ -499,14 +508,14 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     __syncthreads();
     u16* const o_gmem = static_cast<u16*>(params.o) + seq_out.o_offset + head * params.o_head_stride;
     if constexpr (T::kPackGqa) {
-        store_rows<T::kBlockM, T::kHeadDimV, T::kPitchV, T::kThreads>(
+        store_rows<T::kBlockM, typename T::LayoutV, T::kThreads>(
             [&](int r) {
                 const int row = row_begin + r;
                 return o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride;
             },
             o_smem, seq_rows - row_begin, tid);
     } else {
-        store_tile<T::kBlockM, T::kHeadDimV, T::kPitchV, T::kThreads>(
+        store_tile<T::kBlockM, typename T::LayoutV, T::kThreads>(
             o_gmem + i64(row_begin) * params.o_row_stride, params.o_row_stride, o_smem, seq_rows - row_begin, tid);
     }
 }

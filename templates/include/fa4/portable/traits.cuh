@@ -5,6 +5,7 @@
 
 #include "fa4/common/mask.cuh"
 #include "fa4/common/types.cuh"
+#include "fa4/portable/layout.cuh"
 
 namespace fa4 {
 namespace portable {
@@ -42,25 +43,29 @@ struct Traits {
     static constexpr int kAccumulatorRegs = kMTiles * (kOTiles + kNTiles) * 4;
     static constexpr bool kCompactLoads = kAccumulatorRegs > 160;
 
-    // Shared memory, in 16-bit elements. Every row is padded by 16 bytes: the row pitch is
-    // then an odd number of 16-byte units, so the 8 row addresses of one ldmatrix land in
-    // 8 different bank groups and no access conflicts.
-    static constexpr int kPad = 8;
-    static constexpr int kPitchQK = kHeadDim + kPad;
-    static constexpr int kPitchV = kHeadDimV + kPad;
+    // Shared memory, in 16-bit elements (layouts in layout.cuh): swizzled rows of whole
+    // 128-byte lines, or padded rows.
+    static constexpr bool kSwizzle = Config::kSwizzle;
+    static_assert(!kSwizzle || (kHeadDim % 64 == 0 && kHeadDimV % 64 == 0), "swizzling needs 128-byte rows");
+    using LayoutQK = SmemLayout<kHeadDim, kSwizzle>;
+    using LayoutV = SmemLayout<kHeadDimV, kSwizzle>;
+    static constexpr int kPad = kSwizzle ? 0 : 8;
+    static constexpr int kPitchQK = LayoutQK::kPitch;
+    static constexpr int kPitchV = LayoutV::kPitch;
     static constexpr int kSmemQ = kBlockM * kPitchQK;
     static constexpr int kSmemO = kBlockM * kPitchV;  // the epilogue stages O where Q was
     static constexpr int kSmemQO = kSmemQ > kSmemO ? kSmemQ : kSmemO;
     static constexpr int kSmemK = kBlockN * kPitchQK;  // one stage
     static constexpr int kSmemV = kBlockN * kPitchV;   // one stage
-    static constexpr int kSmemBytes = (kSmemQO + kStages * (kSmemK + kSmemV)) * 2;
+    static constexpr int kSmemTilesBytes = (kSmemQO + kStages * (kSmemK + kSmemV)) * 2;
+    // Swizzled tiles leave no padding for the per-block scalars: 16 bytes after them.
+    static constexpr int kSmemBytes = kSmemTilesBytes + (kSwizzle ? 16 : 0);
 
     static_assert(kWarps >= 1 && kWarps <= 16, "1 to 16 warps");
     static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole 16-row MMA tiles");
     static_assert(kBlockN % 16 == 0, "block_n is a multiple of 16 (one PV k-step)");
     static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims are multiples of 16");
     static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
-    static_assert(((kPitchQK / 8) & 1) && ((kPitchV / 8) & 1), "odd pitch in 16-byte units");
 };
 
 }  // namespace portable
