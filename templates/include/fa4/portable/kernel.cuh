@@ -91,7 +91,39 @@ struct TileCopy {
         }
     }
 
-    // The same copy for rows scattered in memory (paged K/V, pack-GQA's Q): `row_ptr(r)`
+    // Pages of one key (SGLang's default): the page of each of this thread's rows, per
+    // step, looked up once per tile without a division and used for both K and V.
+    struct PagedRows {
+        int page[kSteps];
+    };
+
+    __device__ __forceinline__ PagedRows locate(const PageTable& pages, int key_begin, int valid_rows) const {
+        PagedRows p;
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) {
+            const int r = (step * kThreads + tid) / kChunksPerRow;
+            const bool valid = r < valid_rows && (kChunks % kThreads == 0 || step * kThreads + tid < kChunks);
+            p.page[step] = valid ? pages.pages[key_begin + r] : 0;
+        }
+        return p;
+    }
+
+    __device__ __forceinline__ void load_paged(u32 smem_tile, const u16* gmem, const PagedRows& p, i64 page_stride,
+                                               int valid_rows) const {
+#pragma unroll
+        for (int step = 0; step < kSteps; ++step) {
+            const int chunk = step * kThreads + tid;
+            if (kChunks % kThreads == 0 || chunk < kChunks) {
+                const int r = chunk / kChunksPerRow;
+                const int c = (chunk % kChunksPerRow) * 8;
+                const bool valid = r < valid_rows;
+                const u16* src = valid ? gmem + p.page[step] * page_stride + c : gmem;
+                cp_async_16(smem_tile + u32(Layout::offset(r, c)) * 2, src, valid);
+            }
+        }
+    }
+
+    // The same copy for rows scattered in memory (pack-GQA's Q): `row_ptr(r)`
     // gives the start of row r and is only asked for rows < valid_rows; the rest are
     // zero-filled from `any_row`, which is never read.
     template <class RowPtr>
@@ -131,21 +163,16 @@ __device__ __forceinline__ void store_tile(u16* gmem, i64 row_stride, const u16*
     }
 }
 
-// One K or V tile (keys key_begin ..) into its ring slot. Paged K/V: a tile inside one
-// page (pages of a multiple of kBlockN keys) is a plain strided copy from that page;
-// otherwise every row finds its own page.
+// One K or V tile (keys key_begin ..) into its ring slot: a strided copy from the
+// sequence, or for paged K/V from the one page that holds the tile (pages of a multiple
+// of kBlockN keys). Tiles spread over several pages take their rows one by one
+// (TileCopy::load_rows, or load_paged for pages of one key).
 template <bool kPaged, int kBlockN, class Copy>
 __device__ __forceinline__ void load_kv_tile(const Copy& copy, u32 slot, const u16* gmem, i64 row_stride,
                                              i64 page_stride, const PageTable& pages, int key_begin,
                                              int valid_rows) {
     if constexpr (kPaged) {
-        if (pages.page_size % kBlockN == 0) {
-            copy.load(slot, gmem + pages.row_offset(key_begin, page_stride, row_stride), row_stride, valid_rows);
-        } else {
-            copy.load_rows(slot, gmem, [&](int r) {
-                return gmem + pages.row_offset(key_begin + r, page_stride, row_stride);
-            }, valid_rows);
-        }
+        copy.load(slot, gmem + pages.row_offset(key_begin, page_stride, row_stride), row_stride, valid_rows);
     } else {
         copy.load(slot, gmem + i64(key_begin) * row_stride, row_stride, valid_rows);
     }
@@ -252,19 +279,59 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // Only the first key block visited (the highest keys) can run past the end of the
     // keys: every later one is whole, so the main loop's loads (`whole` set) need no row
     // count (except in the compact form, see Traits::kCompactLoads).
+    // Paged K/V with one key per page: load_k looks the tile's rows up and load_v
+    // reuses them (V(t) is always loaded after K(t) and before K(t+1)). Other page
+    // sizes that split a tile look each row up as they copy it.
+    using KCopy = TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, !T::kCompactLoads>;
+    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, !T::kCompactLoads>;
+    // 4-warp tiles with 4 rows or fewer per thread look up again for V: holding the
+    // rows spills them (d64 128x64), and their lookups are few.
+    constexpr bool kSharedRows =
+        KCopy::kChunksPerRow == VCopy::kChunksPerRow && (T::kWarps >= 8 || KCopy::kSteps > 4);
+    typename KCopy::PagedRows paged_rows;
     auto load_k = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        load_kv_tile<T::kPaged, T::kBlockN>(k_copy, k_smem_addr + (tile % kStages) * T::kSmemK * 2, k_gmem,
-                                            params.k_row_stride, params.k_batch_stride, page_table, key_begin,
-                                            whole && !T::kCompactLoads ? T::kBlockN
-                                                                       : block_scalars->seqlen_k - key_begin);
+        const int valid = whole && !T::kCompactLoads ? T::kBlockN : block_scalars->seqlen_k - key_begin;
+        const u32 slot = k_smem_addr + (tile % kStages) * T::kSmemK * 2;
+        if constexpr (T::kPaged) {
+            if (page_table.page_size == 1) {
+                paged_rows = k_copy.locate(page_table, key_begin, valid);
+                k_copy.load_paged(slot, k_gmem, paged_rows, params.k_batch_stride, valid);
+                return;
+            }
+            if (page_table.page_size % T::kBlockN != 0) {
+                k_copy.load_rows(slot, k_gmem, [&](int r) {
+                    return k_gmem + page_table.row_offset(key_begin + r, params.k_batch_stride, params.k_row_stride);
+                }, valid);
+                return;
+            }
+        }
+        load_kv_tile<T::kPaged, T::kBlockN>(k_copy, slot, k_gmem, params.k_row_stride, params.k_batch_stride,
+                                            page_table, key_begin, valid);
     };
     auto load_v = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        load_kv_tile<T::kPaged, T::kBlockN>(v_copy, v_smem_addr + (tile % kStages) * T::kSmemV * 2, v_gmem,
-                                            params.v_row_stride, params.v_batch_stride, page_table, key_begin,
-                                            whole && !T::kCompactLoads ? T::kBlockN
-                                                                       : block_scalars->seqlen_k - key_begin);
+        const int valid = whole && !T::kCompactLoads ? T::kBlockN : block_scalars->seqlen_k - key_begin;
+        const u32 slot = v_smem_addr + (tile % kStages) * T::kSmemV * 2;
+        if constexpr (T::kPaged) {
+            if (page_table.page_size % T::kBlockN != 0 && page_table.page_size != 1) {
+                v_copy.load_rows(slot, v_gmem, [&](int r) {
+                    return v_gmem + page_table.row_offset(key_begin + r, params.v_batch_stride, params.v_row_stride);
+                }, valid);
+                return;
+            }
+            if (page_table.page_size == 1) {
+                if constexpr (kSharedRows) {
+                    v_copy.load_paged(slot, v_gmem, paged_rows, params.v_batch_stride, valid);
+                } else {
+                    v_copy.load_paged(slot, v_gmem, v_copy.locate(page_table, key_begin, valid), params.v_batch_stride,
+                                      valid);
+                }
+                return;
+            }
+        }
+        load_kv_tile<T::kPaged, T::kBlockN>(v_copy, slot, v_gmem, params.v_row_stride, params.v_batch_stride,
+                                            page_table, key_begin, valid);
     };
 
     // Lane offsets (in elements) of the row each lane hands to ldmatrix.
