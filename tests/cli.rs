@@ -95,6 +95,16 @@ fn bad_input_gets_one_clear_line() {
     );
     assert_usage_error(&["compile"], "compile needs --arch");
     assert_usage_error(&["verify", "--arch", "sm91"], "unknown arch `sm91`");
+    // The serving options of bench are checked before any GPU is looked for.
+    assert_usage_error(
+        &["bench", "--layers", "gpt-5"],
+        "unknown model layer `gpt-5` (expected all, gpt-oss-20b",
+    );
+    assert_usage_error(
+        &["bench", "--page-size", "0"],
+        "--page-size 0 is not a positive number of keys",
+    );
+    assert_usage_error(&["bench", "--window", "128"], "--window takes LEFT,RIGHT");
 }
 
 #[test]

@@ -209,6 +209,23 @@ pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), Problem
     Ok(())
 }
 
+/// The grid of a forward launch, `None` when there is nothing to compute: one block per
+/// `block_m` rows of the longest sequence, per query head (or per KV head with
+/// pack-GQA, whose rows are the query heads of one KV head), per sequence.
+pub fn launch_grid(footprint: &Footprint, params: &FwdParams) -> Option<(u32, u32, u32)> {
+    let (rows, heads) = if footprint.pack_gqa {
+        let group = (params.heads_q / params.heads_kv.max(1)) as u64;
+        (
+            params.seqlen_q.max(0) as u64 * group,
+            params.heads_kv as u32,
+        )
+    } else {
+        (params.seqlen_q.max(0) as u64, params.heads_q as u32)
+    };
+    let grid_x = rows.div_ceil(u64::from(footprint.block_m.max(1)));
+    (grid_x > 0 && params.batch > 0).then(|| (grid_x as u32, heads, params.batch as u32))
+}
+
 /// `FwdParams` as a kernel argument: passed by value, bit for bit.
 #[repr(transparent)]
 pub(crate) struct ParamsArg(pub(crate) FwdParams);
@@ -244,18 +261,11 @@ impl FwdKernel {
     /// Checks the problem, then launches on the GPU's stream (asynchronously).
     pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
-        let (rows, heads) = if self.footprint.pack_gqa {
-            let group = (params.heads_q / params.heads_kv) as u64;
-            (params.seqlen_q as u64 * group, params.heads_kv as u32)
-        } else {
-            (params.seqlen_q as u64, params.heads_q as u32)
-        };
-        let grid_x = rows.div_ceil(u64::from(self.footprint.block_m));
-        if grid_x == 0 || params.batch == 0 {
+        let Some(grid_dim) = launch_grid(&self.footprint, params) else {
             return Ok(()); // nothing to compute
-        }
+        };
         let cfg = LaunchConfig {
-            grid_dim: (grid_x as u32, heads, params.batch as u32),
+            grid_dim,
             block_dim: (self.footprint.threads, 1, 1),
             shared_mem_bytes: self.footprint.smem_bytes,
         };
@@ -545,6 +555,37 @@ mod tests {
         // silent dense read.
         let msg = check_problem_for(&dense, &p).unwrap_err().to_string();
         assert!(msg.contains("paged feature"), "{msg}");
+    }
+
+    #[test]
+    fn grids_cover_every_row() {
+        let fp = Footprint {
+            threads: 128,
+            block_m: 128,
+            smem_bytes: 0,
+            est_registers: 0,
+            pack_gqa: false,
+        };
+        // 100 queries, 8 query heads on 2 KV heads, 2 sequences.
+        assert_eq!(launch_grid(&fp, &good()), Some((1, 8, 2)));
+        let long = FwdParams {
+            seqlen_q: 129,
+            ..good()
+        };
+        assert_eq!(launch_grid(&fp, &long), Some((2, 8, 2)));
+        // Pack-GQA: 4 query heads per KV head make 400 rows per KV head.
+        let packed = Footprint {
+            pack_gqa: true,
+            ..fp
+        };
+        assert_eq!(launch_grid(&packed, &good()), Some((4, 2, 2)));
+        // Nothing to compute: no launch.
+        let empty = FwdParams {
+            seqlen_q: 0,
+            ..good()
+        };
+        assert_eq!(launch_grid(&fp, &empty), None);
+        assert_eq!(launch_grid(&fp, &FwdParams { batch: 0, ..good() }), None);
     }
 
     #[test]
