@@ -223,7 +223,7 @@ pub fn launch_grid(footprint: &Footprint, params: &FwdParams) -> Option<(u32, u3
         (params.seqlen_q.max(0) as u64, params.heads_q as u32)
     };
     let grid_x = rows.div_ceil(u64::from(footprint.block_m.max(1)));
-    (grid_x > 0 && params.batch > 0).then(|| (grid_x as u32, heads, params.batch as u32))
+    (grid_x > 0 && params.batch > 0).then_some((grid_x as u32, heads, params.batch as u32))
 }
 
 /// `FwdParams` as a kernel argument: passed by value, bit for bit.
