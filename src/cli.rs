@@ -39,6 +39,34 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Time kernels on the FlashAttention-3 paper's grid, in the peers' row format.
     Bench(BenchArgs),
+    /// Read and maintain a tuning database: show, export, import, merge, gc.
+    Db(DbArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DbArgs {
+    #[command(subcommand)]
+    pub action: DbAction,
+    /// The tuning database (a folder; created when missing).
+    #[arg(long, global = true, default_value = "tuning-db/sm90.sled")]
+    pub db: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DbAction {
+    /// One line per key: spec, bucket, device, winner and its speed against the default.
+    Show,
+    /// Write the sorted JSON export (the file committed under tuning-db/).
+    Export {
+        #[arg(long, default_value = "tuning-db/sm90.json")]
+        out: PathBuf,
+    },
+    /// Add the records of an export; on a shared key the faster winner stays.
+    Import { file: PathBuf },
+    /// Add the records of another database; the faster winner per key and device stays.
+    Merge { other: PathBuf },
+    /// Remove the records measured with other template versions than these.
+    Gc,
 }
 
 /// Which kernel specs to work on; every list is comma separated.
@@ -218,6 +246,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Compile(a) => compile_cmd(a, quiet),
         Command::Verify(a) => verify_cmd(a, quiet),
         Command::Bench(a) => bench_cmd(a, quiet),
+        Command::Db(a) => db_cmd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -1060,4 +1089,82 @@ fn ready_kernels(
     }
     out.sort_by(|a, b| a.0.candidate.cmp(&b.0.candidate));
     Ok(out)
+}
+
+// ---- db ------------------------------------------------------------------------------------
+
+fn db_cmd(a: DbArgs) -> CliResult {
+    use crate::db::{export_json, parse_export, TuningDb};
+    let db = TuningDb::open(&a.db)?;
+    match a.action {
+        DbAction::Show => {
+            let records = db.records()?;
+            println!(
+                "{:<34} {:>6} {:<16} {:<28} {:>9} {:>9}",
+                "spec", "bucket", "device", "winner", "ms", "default"
+            );
+            for r in &records {
+                let default_ms = match r.candidates.first().map(|c| &c.outcome) {
+                    Some(crate::db::Outcome::Measured { ms, .. }) => format!("{ms:.3}"),
+                    _ => "-".into(),
+                };
+                let (winner, ms) = r.winner().map_or(
+                    ("(none measured)".to_string(), "-".to_string()),
+                    |(c, ms)| (c.config.tag(), format!("{ms:.3}")),
+                );
+                println!(
+                    "{:<34} {:>6} {:<16} {:<28} {:>9} {:>9}",
+                    r.spec.tag(),
+                    r.bucket.seqlen,
+                    r.device.name,
+                    winner,
+                    ms,
+                    default_ms
+                );
+            }
+            println!("{} records in {}", records.len(), a.db.display());
+        }
+        DbAction::Export { out } => {
+            let records = db.records()?;
+            crate::fsutil::write_atomic(&out, export_json(&records).as_bytes())?;
+            println!("{} records written to {}", records.len(), out.display());
+        }
+        DbAction::Import { file } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| CliError::Failed(format!("{}: {e}", file.display())))?;
+            let s = db.merge_records(parse_export(&file, &text)?)?;
+            println!(
+                "{}: {} added, {} replaced by faster winners, {} kept",
+                a.db.display(),
+                s.added,
+                s.replaced,
+                s.kept
+            );
+        }
+        DbAction::Merge { other } => {
+            if other == a.db {
+                return Err(CliError::Usage(
+                    "merge needs another database than --db".into(),
+                ));
+            }
+            let incoming = TuningDb::open(&other)?.records()?;
+            let s = db.merge_records(incoming)?;
+            println!(
+                "{}: {} added, {} replaced by faster winners, {} kept",
+                a.db.display(),
+                s.added,
+                s.replaced,
+                s.kept
+            );
+        }
+        DbAction::Gc => {
+            let renderer = Renderer::embedded()?;
+            let removed = db.gc(|t| renderer.template_hash(t).to_string())?;
+            for key in &removed {
+                println!("removed stale {key}");
+            }
+            println!("{} stale records removed", removed.len());
+        }
+    }
+    Ok(())
 }

@@ -9,11 +9,13 @@
 //!                                                              the device's problems)
 //! ```
 //!
-//! The CLI (`src/main.rs`, `cli`) is a thin layer over these.
+//! What the timing finds is kept in `db`, the tuning database the tuner writes and the
+//! runtime dispatcher will read. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
 
 pub mod bench;
 pub mod cli;
 pub mod compile;
+pub mod db;
 pub mod fsutil;
 pub mod gpu;
 pub mod problem;

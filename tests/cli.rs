@@ -206,3 +206,89 @@ fn render_writes_sources_that_name_themselves() {
         .join("build/include/fa4/portable/kernel.cuh")
         .is_file());
 }
+
+/// The tuning database from the command line: a record imported from an export shows
+/// and exports back byte for byte; a folder that is not a database is refused untouched.
+#[test]
+fn db_round_trips_an_export_and_refuses_foreign_folders() {
+    use fa4_gen::db::{export_json, Bucket, Candidate, Device, Outcome, Record, TimingPolicy};
+    use fa4_gen::spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
+
+    let dir = tempfile::tempdir().unwrap();
+    let record = Record {
+        template: fa4_gen::space::Template::Portable,
+        spec: KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal),
+        bucket: Bucket::of(4096),
+        device: Device {
+            name: "NVIDIA H200".into(),
+            sm_count: 132,
+            driver: "13.0".into(),
+            nvrtc: "13.0".into(),
+        },
+        template_hash: "0123456789abcdef".into(),
+        timing: TimingPolicy {
+            warmup: 3,
+            runs: 50,
+            l2_flush: true,
+        },
+        date: "2026-11-30T11:00:00Z".into(),
+        candidates: vec![Candidate {
+            config: TileConfig {
+                block_m: 128,
+                block_n: 64,
+                warps: 4,
+                stages: 1,
+                switches: Default::default(),
+            },
+            kernel: "portable_x".into(),
+            outcome: Outcome::Measured {
+                ms: 1.25,
+                spread: 0.02,
+                tflops: 300.0,
+                registers: 240,
+            },
+        }],
+    };
+    let export = dir.path().join("in.json");
+    std::fs::write(&export, export_json(std::slice::from_ref(&record))).unwrap();
+    let db = dir.path().join("db");
+    let db_arg = db.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = fa4_gen(dir.path(), args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    assert!(run(&["db", "import", export.to_str().unwrap(), "--db", db_arg]).contains("1 added"));
+    let shown = run(&["db", "show", "--db", db_arg]);
+    assert!(
+        shown.contains("sm90_bf16_d64_causal") && shown.contains("1.250"),
+        "{shown}"
+    );
+    let back = dir.path().join("out.json");
+    run(&[
+        "db",
+        "export",
+        "--out",
+        back.to_str().unwrap(),
+        "--db",
+        db_arg,
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(&back).unwrap(),
+        std::fs::read_to_string(&export).unwrap()
+    );
+    // Importing the same record again keeps it (no faster winner).
+    assert!(run(&["db", "import", export.to_str().unwrap(), "--db", db_arg]).contains("1 kept"));
+    // The record's template hash is not the current templates': gc removes it.
+    assert!(run(&["db", "gc", "--db", db_arg]).contains("1 stale records removed"));
+
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), b"keep me").unwrap();
+    let out = fa4_gen(dir.path(), &["db", "show", "--db", other.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("not a fa4-gen tuning database"), "{err}");
+    assert_eq!(std::fs::read(other.join("notes.txt")).unwrap(), b"keep me");
+}

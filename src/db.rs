@@ -1,0 +1,540 @@
+//! The tuning database: for every tuning key, what each candidate config measured and
+//! which one won.
+//!
+//! A key is a kernel spec, a problem-size bucket and the device it was measured on, so
+//! databases tuned on different GPUs merge without mixing. The live store is sled (one
+//! folder, safe against a killed writer: a record is written whole or not at all); its
+//! export is sorted, pretty JSON that is committed and reads well in a diff. Records carry
+//! the template hash they were measured with: a record whose hash differs from the
+//! templates in hand is stale, never served, and `gc` removes it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fa4_spec::{KernelSpec, TileConfig};
+use serde::{Deserialize, Serialize};
+
+/// Marks a folder as a fa4-gen tuning database, with its format version.
+const FORMAT_KEY: &[u8] = b"__fa4-gen-tuning-db__";
+const FORMAT: &str = "fa4-gen tuning-db 1";
+
+/// Problem-size bucket: the key covers sequence lengths up to `seqlen` (a power of two
+/// from 128 to 32768; longer sequences use the last bucket).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Bucket {
+    pub seqlen: u32,
+}
+
+impl Bucket {
+    pub const MIN: u32 = 128;
+    pub const MAX: u32 = 32768;
+
+    /// The bucket that holds sequences of `seqlen` tokens.
+    pub fn of(seqlen: u32) -> Bucket {
+        Bucket {
+            seqlen: seqlen.clamp(Self::MIN, Self::MAX).next_power_of_two(),
+        }
+    }
+
+    /// Every bucket, shortest first.
+    pub fn all() -> impl Iterator<Item = Bucket> {
+        (Self::MIN.trailing_zeros()..=Self::MAX.trailing_zeros()).map(|p| Bucket { seqlen: 1 << p })
+    }
+}
+
+/// The GPU a record was measured on.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Device {
+    pub name: String,
+    pub sm_count: u32,
+    /// CUDA version the driver supports.
+    pub driver: String,
+    pub nvrtc: String,
+}
+
+/// How candidates were timed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimingPolicy {
+    pub warmup: u32,
+    pub runs: u32,
+    /// Whether the L2 cache was overwritten before every timed run.
+    pub l2_flush: bool,
+}
+
+/// What happened to one candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Measured {
+        /// Median milliseconds, and the spread of the runs (max - min) / median.
+        ms: f64,
+        spread: f64,
+        tflops: f64,
+        registers: u32,
+    },
+    /// Wrong output, a compile failure, a launch error: kept as data, never a winner.
+    Failed { error: String },
+}
+
+/// One candidate config and its outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub config: TileConfig,
+    pub kernel: String,
+    pub outcome: Outcome,
+}
+
+/// Everything measured for one key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub template: crate::space::Template,
+    pub spec: KernelSpec,
+    pub bucket: Bucket,
+    pub device: Device,
+    pub template_hash: String,
+    pub timing: TimingPolicy,
+    /// UTC, ISO 8601.
+    pub date: String,
+    /// Candidate 0 is the heuristic default, so every key has a usable answer.
+    pub candidates: Vec<Candidate>,
+}
+
+impl Record {
+    /// The store key: spec, bucket, device. Sorting by it groups a spec's buckets.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/s{:05}/{}-{}sm",
+            self.spec.tag(),
+            self.bucket.seqlen,
+            self.device.name.replace([' ', '/'], "_"),
+            self.device.sm_count
+        )
+    }
+
+    /// The fastest measured candidate, if any was measured.
+    pub fn winner(&self) -> Option<(&Candidate, f64)> {
+        self.candidates
+            .iter()
+            .filter_map(|c| match c.outcome {
+                Outcome::Measured { ms, .. } if ms.is_finite() && ms > 0.0 => Some((c, ms)),
+                _ => None,
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Whether the record was measured with another version of its template than
+    /// `current(template)`.
+    pub fn is_stale(&self, current: impl Fn(crate::space::Template) -> String) -> bool {
+        self.template_hash != current(self.template)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("{path}: not a fa4-gen tuning database ({why}); point --db at one, or at a new folder to start one")]
+    Foreign { path: PathBuf, why: String },
+    #[error("{path}: the tuning database cannot be opened ({why}); restore it from its export with `fa4-gen db import`")]
+    Corrupt { path: PathBuf, why: String },
+    #[error("{path}: record {key} cannot be read ({why}); remove it with `fa4-gen db gc` or restore from the export")]
+    BadRecord {
+        path: PathBuf,
+        key: String,
+        why: String,
+    },
+    #[error("{path}: {why}")]
+    Io { path: PathBuf, why: String },
+    #[error("{path}: not a tuning-db export ({why})")]
+    BadExport { path: PathBuf, why: String },
+}
+
+/// An open tuning database.
+pub struct TuningDb {
+    path: PathBuf,
+    tree: sled::Db,
+}
+
+/// What a merge or import did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MergeSummary {
+    /// Keys new to this database.
+    pub added: usize,
+    /// Keys whose incoming record won (a faster winner, or this one had none).
+    pub replaced: usize,
+    /// Keys where this database's record was kept.
+    pub kept: usize,
+}
+
+impl TuningDb {
+    /// Opens the database in `path`, creating it if the folder does not exist or is
+    /// empty. A folder holding anything else is refused, never overwritten.
+    pub fn open(path: &Path) -> Result<TuningDb, DbError> {
+        let fresh = match std::fs::read_dir(path) {
+            Ok(mut entries) => entries.next().is_none(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                return Err(DbError::Foreign {
+                    path: path.into(),
+                    why: "it is a file, not a folder".into(),
+                })
+            }
+            Err(e) => {
+                return Err(DbError::Io {
+                    path: path.into(),
+                    why: e.to_string(),
+                })
+            }
+        };
+        if !fresh && !path.join("conf").is_file() {
+            return Err(DbError::Foreign {
+                path: path.into(),
+                why: "the folder holds other files".into(),
+            });
+        }
+        let tree = sled::open(path).map_err(|e| DbError::Corrupt {
+            path: path.into(),
+            why: e.to_string(),
+        })?;
+        let corrupt = |why: String| DbError::Corrupt {
+            path: path.into(),
+            why,
+        };
+        match tree.get(FORMAT_KEY).map_err(|e| corrupt(e.to_string()))? {
+            Some(v) if v.as_ref() == FORMAT.as_bytes() => {}
+            Some(v) => {
+                return Err(DbError::Foreign {
+                    path: path.into(),
+                    why: format!(
+                        "format `{}`, expected `{FORMAT}`",
+                        String::from_utf8_lossy(&v)
+                    ),
+                })
+            }
+            None if tree.is_empty() => {
+                tree.insert(FORMAT_KEY, FORMAT.as_bytes())
+                    .map_err(|e| corrupt(e.to_string()))?;
+                tree.flush().map_err(|e| corrupt(e.to_string()))?;
+            }
+            None => {
+                return Err(DbError::Foreign {
+                    path: path.into(),
+                    why: "a sled store without fa4-gen's format mark".into(),
+                })
+            }
+        }
+        Ok(TuningDb {
+            path: path.into(),
+            tree,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stores a record (replacing the one with the same key) and flushes it to disk.
+    pub fn put(&self, record: &Record) -> Result<(), DbError> {
+        let bytes = serde_json::to_vec(record).expect("records serialise");
+        self.tree
+            .insert(record.key().as_bytes(), bytes)
+            .and_then(|_| self.tree.flush())
+            .map(|_| ())
+            .map_err(|e| DbError::Io {
+                path: self.path.clone(),
+                why: e.to_string(),
+            })
+    }
+
+    pub fn get(&self, key: &str) -> Result<Option<Record>, DbError> {
+        let value = self.tree.get(key.as_bytes()).map_err(|e| DbError::Io {
+            path: self.path.clone(),
+            why: e.to_string(),
+        })?;
+        value.map(|v| self.decode(key, &v)).transpose()
+    }
+
+    fn decode(&self, key: &str, bytes: &[u8]) -> Result<Record, DbError> {
+        serde_json::from_slice(bytes).map_err(|e| DbError::BadRecord {
+            path: self.path.clone(),
+            key: key.to_string(),
+            why: e.to_string(),
+        })
+    }
+
+    /// Every record, sorted by key.
+    pub fn records(&self) -> Result<Vec<Record>, DbError> {
+        let mut out = Vec::new();
+        for item in self.tree.iter() {
+            let (k, v) = item.map_err(|e| DbError::Io {
+                path: self.path.clone(),
+                why: e.to_string(),
+            })?;
+            if k.as_ref() == FORMAT_KEY {
+                continue;
+            }
+            out.push(self.decode(&String::from_utf8_lossy(&k), &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Adds `incoming` records: new keys are added; on a shared key the record with the
+    /// faster winner stays (a record with a winner beats one without).
+    pub fn merge_records(&self, incoming: Vec<Record>) -> Result<MergeSummary, DbError> {
+        let mut summary = MergeSummary::default();
+        for record in incoming {
+            match self.get(&record.key())? {
+                None => {
+                    summary.added += 1;
+                    self.put(&record)?;
+                }
+                Some(current) => {
+                    let ms = |r: &Record| r.winner().map_or(f64::INFINITY, |w| w.1);
+                    if ms(&record) < ms(&current) {
+                        summary.replaced += 1;
+                        self.put(&record)?;
+                    } else {
+                        summary.kept += 1;
+                    }
+                }
+            }
+        }
+        Ok(summary)
+    }
+
+    /// Removes the records measured with other template versions than the current ones
+    /// (`current(template)` gives a template's hash); returns their keys.
+    pub fn gc(
+        &self,
+        current: impl Fn(crate::space::Template) -> String,
+    ) -> Result<Vec<String>, DbError> {
+        let stale: Vec<String> = self
+            .records()?
+            .into_iter()
+            .filter(|r| r.is_stale(&current))
+            .map(|r| r.key())
+            .collect();
+        for key in &stale {
+            self.tree.remove(key.as_bytes()).map_err(|e| DbError::Io {
+                path: self.path.clone(),
+                why: e.to_string(),
+            })?;
+        }
+        self.tree.flush().map_err(|e| DbError::Io {
+            path: self.path.clone(),
+            why: e.to_string(),
+        })?;
+        Ok(stale)
+    }
+}
+
+/// The export: every record by key, sorted, pretty JSON with a trailing newline.
+/// Deterministic, so the committed file changes only where a measurement did.
+pub fn export_json(records: &[Record]) -> String {
+    let sorted: BTreeMap<String, &Record> = records.iter().map(|r| (r.key(), r)).collect();
+    let wrapper = serde_json::json!({ "format": FORMAT, "records": sorted });
+    serde_json::to_string_pretty(&wrapper).expect("records serialise") + "\n"
+}
+
+/// Reads an export written by [`export_json`].
+pub fn parse_export(path: &Path, text: &str) -> Result<Vec<Record>, DbError> {
+    #[derive(Deserialize)]
+    struct Export {
+        format: String,
+        records: BTreeMap<String, Record>,
+    }
+    let bad = |why: String| DbError::BadExport {
+        path: path.into(),
+        why,
+    };
+    let export: Export = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    if export.format != FORMAT {
+        return Err(bad(format!(
+            "format `{}`, expected `{FORMAT}`",
+            export.format
+        )));
+    }
+    for (key, record) in &export.records {
+        if *key != record.key() {
+            return Err(bad(format!(
+                "record under `{key}` belongs under `{}`",
+                record.key()
+            )));
+        }
+    }
+    Ok(export.records.into_values().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fa4_spec::{Arch, Dtype, MaskKind};
+
+    fn record(ms: &[Option<f64>], seqlen: u32, gpu: &str) -> Record {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        Record {
+            template: crate::space::Template::Portable,
+            spec,
+            bucket: Bucket::of(seqlen),
+            device: Device {
+                name: gpu.into(),
+                sm_count: 132,
+                driver: "13.0".into(),
+                nvrtc: "13.0".into(),
+            },
+            template_hash: "abc".into(),
+            timing: TimingPolicy {
+                warmup: 3,
+                runs: 50,
+                l2_flush: true,
+            },
+            date: "2026-11-30T10:00:00Z".into(),
+            candidates: ms
+                .iter()
+                .enumerate()
+                .map(|(i, m)| Candidate {
+                    config: TileConfig {
+                        block_m: 128,
+                        block_n: 32 << i,
+                        warps: 4,
+                        stages: 1,
+                        switches: Default::default(),
+                    },
+                    kernel: format!("k{i}"),
+                    outcome: match m {
+                        Some(ms) => Outcome::Measured {
+                            ms: *ms,
+                            spread: 0.01,
+                            tflops: 100.0 / ms,
+                            registers: 200,
+                        },
+                        None => Outcome::Failed {
+                            error: "O relative L2 error 1e-1".into(),
+                        },
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two_from_128_to_32k() {
+        assert_eq!(Bucket::of(1).seqlen, 128);
+        assert_eq!(Bucket::of(129).seqlen, 256);
+        assert_eq!(Bucket::of(4096).seqlen, 4096);
+        assert_eq!(Bucket::of(1_000_000).seqlen, 32768);
+        let all: Vec<u32> = Bucket::all().map(|b| b.seqlen).collect();
+        assert_eq!(all.first(), Some(&128));
+        assert_eq!(all.last(), Some(&32768));
+        assert_eq!(all.len(), 9);
+    }
+
+    #[test]
+    fn the_winner_is_the_fastest_measured_candidate() {
+        let r = record(&[Some(2.0), None, Some(1.5)], 4096, "H200");
+        assert_eq!(r.winner().unwrap().0.kernel, "k2");
+        let failed = record(&[None, None], 4096, "H200");
+        assert!(failed.winner().is_none(), "a failed candidate never wins");
+    }
+
+    #[test]
+    fn records_survive_a_reopen_and_export_is_deterministic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let db = TuningDb::open(&path).unwrap();
+        db.put(&record(&[Some(2.0)], 8192, "H200")).unwrap();
+        db.put(&record(&[Some(1.0)], 512, "H200")).unwrap();
+        drop(db);
+        let db = TuningDb::open(&path).unwrap();
+        let records = db.records().unwrap();
+        assert_eq!(records.len(), 2);
+        let text = export_json(&records);
+        let mut reversed = records.clone();
+        reversed.reverse();
+        assert_eq!(
+            text,
+            export_json(&reversed),
+            "order of records does not matter"
+        );
+        assert!(text.find("s00512").unwrap() < text.find("s08192").unwrap());
+        let back = parse_export(Path::new("x.json"), &text).unwrap();
+        assert_eq!(export_json(&back), text);
+    }
+
+    #[test]
+    fn merge_keeps_the_fastest_per_key_and_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        db.put(&record(&[Some(2.0)], 4096, "H200")).unwrap();
+        let summary = db
+            .merge_records(vec![
+                record(&[Some(1.0)], 4096, "H200"), // faster: replaces
+                record(&[Some(3.0)], 4096, "H200"), // slower: kept out
+                record(&[Some(9.0)], 4096, "H100"), // another device: added
+                record(&[None], 2048, "H200"),      // new key, no winner: added
+            ])
+            .unwrap();
+        assert_eq!(
+            summary,
+            MergeSummary {
+                added: 2,
+                replaced: 1,
+                kept: 1
+            }
+        );
+        let best = db.get(&record(&[], 4096, "H200").key()).unwrap().unwrap();
+        assert_eq!(best.winner().unwrap().1, 1.0);
+        assert_eq!(db.records().unwrap().len(), 3);
+    }
+
+    #[test]
+    fn gc_removes_only_stale_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let mut old = record(&[Some(1.0)], 1024, "H200");
+        old.template_hash = "old".into();
+        db.put(&old).unwrap();
+        db.put(&record(&[Some(1.0)], 2048, "H200")).unwrap();
+        let current = |_| "abc".to_string();
+        let removed = db.gc(current).unwrap();
+        assert_eq!(removed, vec![old.key()]);
+        let left = db.records().unwrap();
+        assert_eq!(left.len(), 1);
+        assert!(!left[0].is_stale(current));
+    }
+
+    #[test]
+    fn foreign_and_corrupt_stores_are_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        // A folder with other files in it.
+        let other = dir.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("notes.txt"), b"hello").unwrap();
+        let e = TuningDb::open(&other).err().unwrap().to_string();
+        assert!(e.contains("not a fa4-gen tuning database"), "{e}");
+        assert_eq!(std::fs::read(other.join("notes.txt")).unwrap(), b"hello");
+        // A file where the folder should be.
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let e = TuningDb::open(&file).err().unwrap().to_string();
+        assert!(e.contains("it is a file"), "{e}");
+        // A sled store written by something else.
+        let foreign = dir.path().join("foreign");
+        {
+            let s = sled::open(&foreign).unwrap();
+            s.insert(b"k", b"v").unwrap();
+            s.flush().unwrap();
+        }
+        let e = TuningDb::open(&foreign).err().unwrap().to_string();
+        assert!(e.contains("without fa4-gen's format mark"), "{e}");
+        // An export with a wrong format or a record under the wrong key.
+        let e = parse_export(Path::new("t.json"), r#"{"format":"x","records":{}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a tuning-db export"), "{e}");
+        let r = record(&[Some(1.0)], 4096, "H200");
+        let text = serde_json::json!({"format": FORMAT, "records": {"wrong": r}}).to_string();
+        let e = parse_export(Path::new("t.json"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs under"), "{e}");
+    }
+}
