@@ -143,26 +143,6 @@ struct TileCopy {
     }
 };
 
-// Rows [0, valid_rows) of a shared-memory tile out to global memory.
-template <int kRows, class Layout, int kThreads>
-__device__ __forceinline__ void store_tile(u16* gmem, i64 row_stride, const u16* smem,
-                                           int valid_rows, int tid) {
-    constexpr int kChunksPerRow = Layout::kCols / 8;
-    constexpr int kChunks = kRows * kChunksPerRow;
-#pragma unroll
-    for (int step = 0; step < CeilDiv<kChunks, kThreads>::value; ++step) {
-        const int chunk = step * kThreads + tid;
-        if (kChunks % kThreads == 0 || chunk < kChunks) {
-            const int row = chunk / kChunksPerRow;
-            const int col = (chunk % kChunksPerRow) * 8;
-            if (row < valid_rows) {
-                *reinterpret_cast<Vec16*>(gmem + row * row_stride + col) =
-                    *reinterpret_cast<const Vec16*>(smem + Layout::offset(row, col));
-            }
-        }
-    }
-}
-
 // One K or V tile (keys key_begin ..) into its ring slot: a strided copy from the
 // sequence, or for paged K/V from the one page that holds the tile (pages of a multiple
 // of kBlockN keys). Tiles spread over several pages take their rows one by one
@@ -178,7 +158,8 @@ __device__ __forceinline__ void load_kv_tile(const Copy& copy, u32 slot, const u
     }
 }
 
-// The same store for rows scattered in memory (pack-GQA's O): row r starts at row_ptr(r).
+// Rows [0, valid_rows) of a shared-memory tile out to global memory, 16 bytes per
+// thread per step; row r goes to row_ptr(r) (rows scattered in memory: pack-GQA's O).
 template <int kRows, class Layout, int kThreads, class RowPtr>
 __device__ __forceinline__ void store_rows(RowPtr row_ptr, const u16* smem, int valid_rows, int tid) {
     constexpr int kChunksPerRow = Layout::kCols / 8;
@@ -195,6 +176,12 @@ __device__ __forceinline__ void store_rows(RowPtr row_ptr, const u16* smem, int 
             }
         }
     }
+}
+
+// The same store into rows row_stride apart.
+template <int kRows, class Layout, int kThreads>
+__device__ __forceinline__ void store_tile(u16* gmem, i64 row_stride, const u16* smem, int valid_rows, int tid) {
+    store_rows<kRows, Layout, kThreads>([&](int r) { return gmem + r * row_stride; }, smem, valid_rows, tid);
 }
 
 // ---- the kernel body ---------------------------------------------------------------------
@@ -272,8 +259,10 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
     const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
 
-    const TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, !T::kCompactLoads> k_copy(tid);
-    const TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, !T::kCompactLoads> v_copy(tid);
+    using KCopy = TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, !T::kCompactLoads>;
+    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, !T::kCompactLoads>;
+    const KCopy k_copy(tid);
+    const VCopy v_copy(tid);
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
     // Only the first key block visited (the highest keys) can run past the end of the
@@ -282,8 +271,6 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // Paged K/V with one key per page: load_k looks the tile's rows up and load_v
     // reuses them (V(t) is always loaded after K(t) and before K(t+1)). Other page
     // sizes that split a tile look each row up as they copy it.
-    using KCopy = TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, !T::kCompactLoads>;
-    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, !T::kCompactLoads>;
     // 4-warp tiles with 4 rows or fewer per thread look up again for V: holding the
     // rows spills them (d64 128x64), and their lookups are few.
     constexpr bool kSharedRows =
