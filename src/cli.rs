@@ -134,6 +134,28 @@ pub struct CompileArgs {
     pub verbose: bool,
 }
 
+/// Which configs of each spec a GPU command runs: the heuristic defaults unless asked.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// Every compiled config, not only each spec's default.
+    #[arg(long)]
+    pub all_configs: bool,
+    /// Only the configs whose tag contains this text (e.g. packgqa1); implies --all-configs.
+    #[arg(long)]
+    pub config_filter: Option<String>,
+}
+
+impl ConfigArgs {
+    /// `None` for the defaults, `Some(text)` for every config whose tag contains `text`
+    /// (all of them for "").
+    fn choice(&self) -> Option<&str> {
+        match &self.config_filter {
+            Some(f) => Some(f.as_str()),
+            None => self.all_configs.then_some(""),
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     #[command(flatten)]
@@ -141,12 +163,8 @@ pub struct VerifyArgs {
     /// Build folder to take cubins from (kernels missing there are compiled into it).
     #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
     pub build_dir: PathBuf,
-    /// Check every compiled config, not only each spec's default.
-    #[arg(long)]
-    pub all_configs: bool,
-    /// Only the configs whose tag contains this text (e.g. packgqa1); implies --all-configs.
-    #[arg(long)]
-    pub config_filter: Option<String>,
+    #[command(flatten)]
+    pub configs: ConfigArgs,
     /// Only these cases (names as printed), comma separated.
     #[arg(long, value_delimiter = ',')]
     pub cases: Vec<String>,
@@ -200,12 +218,8 @@ pub struct BenchArgs {
     /// Hidden size: heads = hidden / head dim.
     #[arg(long, default_value_t = 2048)]
     pub hidden: i32,
-    /// Time every compiled config of each spec, not only the default.
-    #[arg(long)]
-    pub all_configs: bool,
-    /// Only the configs whose tag contains this text (e.g. packgqa1); implies --all-configs.
-    #[arg(long)]
-    pub config_filter: Option<String>,
+    #[command(flatten)]
+    pub configs: ConfigArgs,
     /// Kernel time spent per (kernel, cell), in milliseconds.
     #[arg(long, default_value_t = 200.0)]
     pub budget_ms: f64,
@@ -702,7 +716,7 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
     let (gpu, arch) = open_gpu(a.device, &requested)?;
     let specs = a.spec.specs(&[arch])?;
     let dir = BuildDir::new(&a.build_dir);
-    let configs = config_choice(a.all_configs, &a.config_filter);
+    let configs = a.configs.choice();
     let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &dir, quiet)?;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -791,15 +805,6 @@ fn open_gpu(device: usize, requested: &[Arch]) -> Result<(Gpu, Arch), CliError> 
         )));
     }
     Ok((gpu, arch))
-}
-
-/// Which configs a device command takes: `None` the defaults, `Some(text)` every config
-/// whose tag contains `text` (all of them for "").
-fn config_choice(all_configs: bool, filter: &Option<String>) -> Option<&str> {
-    match filter {
-        Some(f) => Some(f.as_str()),
-        None => all_configs.then_some(""),
-    }
 }
 
 /// The kernels of `specs` (defaults, or every config that passes the static checks)
@@ -935,7 +940,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     let (gpu, arch) = open_gpu(a.device, &[])?;
     let specs = wanted(arch);
     let dir = BuildDir::new(&a.build_dir);
-    let configs = config_choice(a.all_configs, &a.config_filter);
+    let configs = a.configs.choice();
     let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &dir, quiet)?;
     let mut flush = crate::bench::L2Flush::new(&gpu)?;
     println!(
@@ -1132,14 +1137,7 @@ fn db_cmd(a: DbArgs) -> CliResult {
         DbAction::Import { file } => {
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| CliError::Failed(format!("{}: {e}", file.display())))?;
-            let s = db.merge_records(parse_export(&file, &text)?)?;
-            println!(
-                "{}: {} added, {} replaced by faster winners, {} kept",
-                a.db.display(),
-                s.added,
-                s.replaced,
-                s.kept
-            );
+            report_merge(&a.db, db.merge_records(parse_export(&file, &text)?)?);
         }
         DbAction::Merge { other } => {
             if other == a.db {
@@ -1148,14 +1146,7 @@ fn db_cmd(a: DbArgs) -> CliResult {
                 ));
             }
             let incoming = TuningDb::open(&other)?.records()?;
-            let s = db.merge_records(incoming)?;
-            println!(
-                "{}: {} added, {} replaced by faster winners, {} kept",
-                a.db.display(),
-                s.added,
-                s.replaced,
-                s.kept
-            );
+            report_merge(&a.db, db.merge_records(incoming)?);
         }
         DbAction::Gc => {
             let renderer = Renderer::embedded()?;
@@ -1167,4 +1158,35 @@ fn db_cmd(a: DbArgs) -> CliResult {
         }
     }
     Ok(())
+}
+
+fn report_merge(db: &std::path::Path, s: crate::db::MergeSummary) {
+    println!(
+        "{}: {} added, {} replaced by faster winners, {} kept",
+        db.display(),
+        s.added,
+        s.replaced,
+        s.kept
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_choice_defaults_unless_asked() {
+        let c = |all_configs, filter: Option<&str>| ConfigArgs {
+            all_configs,
+            config_filter: filter.map(str::to_string),
+        };
+        assert_eq!(c(false, None).choice(), None);
+        assert_eq!(c(true, None).choice(), Some(""));
+        assert_eq!(c(false, Some("packgqa1")).choice(), Some("packgqa1"));
+        assert_eq!(
+            c(true, Some("pad1")).choice(),
+            Some("pad1"),
+            "the filter narrows"
+        );
+    }
 }
