@@ -388,7 +388,18 @@ fn compile_one(
         return Ok((
             reject(
                 RejectKind::Compile,
-                "ptxas printed no resource report".into(),
+                if output.log.trim().is_empty() {
+                    format!(
+                        "ptxas printed no resource report for {KERNEL_ENTRY}: NVRTC's log is empty, \
+                         which is what a hit in the CUDA compute cache gives (run with {}=1)",
+                        nvrtc::CACHE_DISABLE_ENV
+                    )
+                } else {
+                    format!(
+                        "ptxas printed no resource report for {KERNEL_ENTRY} (NVRTC log: {:?})",
+                        output.log.chars().take(400).collect::<String>()
+                    )
+                },
             ),
             None,
         ));

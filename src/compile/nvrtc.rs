@@ -81,11 +81,23 @@ pub struct CompileFailure {
     pub log: String,
 }
 
+/// The CUDA variable that turns the driver's and NVRTC's compute cache off.
+pub const CACHE_DISABLE_ENV: &str = "CUDA_CACHE_DISABLE";
+
 impl Nvrtc {
     /// Finds and loads NVRTC, in this order: `FA4_GEN_NVRTC`; the dynamic loader's path
     /// (`LD_LIBRARY_PATH`, ldconfig); `CUDA_HOME`, `CUDA_PATH` and `/usr/local/cuda`; a
     /// pip-installed `nvidia-cuda-nvrtc` in any site-packages `python3` knows.
+    ///
+    /// Turns the CUDA compute cache off for this process first (`CUDA_CACHE_DISABLE=1`,
+    /// unless the caller set it): with a driver installed, NVRTC answers a PTX it has
+    /// compiled before from `~/.nv/ComputeCache` without running ptxas, so the log has no
+    /// resource report and the kernel could not be judged. Call this before starting
+    /// threads that read the environment.
     pub fn load() -> Result<Self, NvrtcError> {
+        if std::env::var_os(CACHE_DISABLE_ENV).is_none() {
+            std::env::set_var(CACHE_DISABLE_ENV, "1");
+        }
         if let Some(given) = std::env::var_os(NVRTC_ENV) {
             let path = resolve_env(&given).ok_or_else(|| NvrtcError::BadEnv {
                 given: given.to_string_lossy().into_owned(),
