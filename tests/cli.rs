@@ -30,7 +30,16 @@ fn list_json_is_the_whole_space() {
     );
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows.len(), 6 * 72, "6 specs (dtype x mask) x 72 candidates");
+    // Causal and local specs add 12 warp-skipping candidates to the 72 every spec has.
+    assert_eq!(rows.len(), 2 * 72 + 4 * 84, "6 specs (dtype x mask)");
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r["config"]["switches"]["warpskip"] == 1)
+            .filter(|r| r["spec"]["mask"] == "none")
+            .count(),
+        0,
+        "without a mask there is nothing to skip"
+    );
     assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 6);
     let pruned: Vec<_> = rows
         .iter()

@@ -26,6 +26,12 @@ pub const PADDED: &str = "pad";
 /// without it keep their names.
 pub const PACK_GQA: &str = "packgqa";
 
+/// Switch (causal and local masks): on the key blocks that cross a mask edge, a warp
+/// whose rows see none of the block's keys skips its GEMMs and softmax. It costs a
+/// branch that splits the loop body, so it is a switch the measurements decide (faster
+/// for d128 causal at short lengths, slower for d64; `bench/NOTES.md`). Set only when on.
+pub const WARP_SKIP: &str = "warpskip";
+
 /// (block_m, warps): each warp owns 16 or 32 query rows.
 const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
 const BLOCK_N: &[u32] = &[32, 64, 128];
@@ -33,13 +39,21 @@ const STAGES: &[u32] = &[1, 2, 3];
 
 /// The `q_in_regs` argument of [`config`] for a padded-row config without Q in registers.
 const PAD_ROWS: u32 = 2;
+/// The `q_in_regs` argument of [`config`] for a warp-skipping config without Q in registers.
+const SKIPPING: u32 = 3;
 
-/// A config; `q_in_regs` 0 or 1 sets that switch, [`PAD_ROWS`] picks padded rows instead.
+/// A config; `q_in_regs` 0 or 1 sets that switch, [`PAD_ROWS`] picks padded rows instead
+/// and [`SKIPPING`] warp skipping.
 fn config(block_m: u32, warps: u32, block_n: u32, stages: u32, q_in_regs: u32) -> TileConfig {
     let mut switches = BTreeMap::from([(Q_IN_REGS.to_string(), q_in_regs.min(1))]);
-    if q_in_regs == PAD_ROWS {
+    if q_in_regs == PAD_ROWS || q_in_regs == SKIPPING {
         switches.insert(Q_IN_REGS.to_string(), 0);
-        switches.insert(PADDED.to_string(), 1);
+        let switch = if q_in_regs == PAD_ROWS {
+            PADDED
+        } else {
+            WARP_SKIP
+        };
+        switches.insert(switch.to_string(), 1);
     }
     TileConfig {
         block_m,
@@ -81,6 +95,16 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
                 let mut c = config(block_m, warps, block_n, stages, 0);
                 c.switches.insert(PACK_GQA.to_string(), 1);
                 out.push(c);
+            }
+        }
+    }
+    // Warp-skipping variants of the tiles most causal and local picks use.
+    if spec.mask != MaskKind::None {
+        for &(block_m, warps) in BLOCK_M_WARPS {
+            for block_n in [64, 128] {
+                for stages in [1, 2] {
+                    out.push(config(block_m, warps, block_n, stages, SKIPPING));
+                }
             }
         }
     }
@@ -186,25 +210,34 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 /// tiles that compile without spills on every arch (a test holds both to that). The
 /// tuner replaces the default wherever it measures better.
 pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
-    let causal = spec.mask == MaskKind::Causal;
+    let softcap = spec.features.softcap;
     // Swizzled rows unless marked PAD_ROWS: the tiles where the swizzle's XORs spill
     // (d192, d128 with softcap) keep padded rows. d256 non-causal: FA2's 128x64 tile
-    // over 8 warps, best once rows are swizzled (bench/NOTES.md).
-    let measured_sm90: &[(u32, u32, u32, u32, u32)] =
-        match (spec.head_dim, causal, spec.features.softcap) {
-            (..=64, _, _) => &[(128, 4, 64, 1, 1)],
-            // d96 is not on the paper grid, and d128's pick spills at d96: generic list.
-            (..=96, _, _) => &[],
-            (..=128, _, false) => &[(128, 4, 64, 1, 0)],
-            (..=128, _, true) => &[(128, 4, 64, 1, PAD_ROWS)],
-            // d192 is not on the paper grid: its 128x128 tile spills; causal takes
-            // d256's causal pick (padded: swizzled it spills), non-causal the generic
-            // list (the 64x64 tile spills there either way).
-            (..=192, true, _) => &[(64, 4, 64, 1, PAD_ROWS)],
-            (..=192, false, _) => &[],
-            (_, false, _) => &[(128, 8, 64, 1, 0)],
-            (_, true, _) => &[(64, 4, 64, 1, 0)],
-        };
+    // over 8 warps, best once rows are swizzled (bench/NOTES.md). SKIPPING (warps skip
+    // the masked blocks they cannot see): d96, d128 and d192 causal, 1.12 to 1.28x at
+    // d96/d192, 1.11x (512) to 0.97x (16k) at d128, and the d128 window; d64 and d256
+    // lose with it (`bench/results/2026-11-30-h200-3cd1b3f-warpskip-*`).
+    let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
+        (..=64, MaskKind::Local, _) => &[],
+        (..=64, _, _) => &[(128, 4, 64, 1, 1)],
+        (..=96, MaskKind::Causal, false) => &[(128, 4, 64, 1, SKIPPING)],
+        // d96 is not on the paper grid, and d128's pick spills at d96: generic list.
+        (..=96, _, _) => &[],
+        (..=128, MaskKind::Causal, false) => &[(128, 4, 64, 1, SKIPPING)],
+        (..=128, MaskKind::Local, false) => &[(128, 4, 64, 2, SKIPPING)],
+        (..=128, MaskKind::Local, true) => &[],
+        (..=128, _, false) => &[(128, 4, 64, 1, 0)],
+        (..=128, _, true) => &[(128, 4, 64, 1, PAD_ROWS)],
+        // d192 is not on the paper grid: its 128x128 tile spills; causal takes 128x64
+        // over 8 warps with skipping (with softcap d256's causal pick, padded: swizzled
+        // it spills), non-causal the generic list (the 64x64 tile spills there).
+        (..=192, MaskKind::Causal, false) => &[(128, 8, 64, 1, SKIPPING)],
+        (..=192, MaskKind::Causal, true) => &[(64, 4, 64, 1, PAD_ROWS)],
+        (..=192, _, _) => &[],
+        (_, MaskKind::Local, _) => &[],
+        (_, MaskKind::None, _) => &[(128, 8, 64, 1, 0)],
+        (_, MaskKind::Causal, _) => &[(64, 4, 64, 1, 0)],
+    };
 
     let generic: &[(u32, u32, u32, u32, u32)] =
         if spec.head_dim <= 64 && spec.features.paged_kv && spec.mask == MaskKind::Local {
@@ -229,12 +262,8 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // spills with it.
     // Paged K/V gather rows through the page table, which needs registers the measured
     // tiles do not have (ptxas spills them): the conservative list until tuned.
-    let softcap_fits = !spec.features.softcap || spec.head_dim <= 128;
-    let measured = if spec.arch == Arch::Sm90
-        && spec.mask != MaskKind::Local
-        && softcap_fits
-        && !spec.features.paged_kv
-    {
+    let softcap_fits = !softcap || spec.head_dim <= 128;
+    let measured = if spec.arch == Arch::Sm90 && softcap_fits && !spec.features.paged_kv {
         measured_sm90
     } else {
         &[]
@@ -280,6 +309,10 @@ pub(super) fn render_values(
         ("softcap", json!(spec.features.softcap)),
         ("paged_kv", json!(spec.features.paged_kv)),
         ("pack_gqa", json!(c.switch(PACK_GQA, 0) == 1)),
+        (
+            "warp_skip",
+            json!(c.switch(WARP_SKIP, 0) == 1 && spec.mask != MaskKind::None),
+        ),
         ("swizzle", json!(swizzled(spec, c))),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
@@ -323,6 +356,30 @@ mod tests {
         let ok = check(&spec, &config(128, 4, 64, 2, 0)).unwrap();
         assert_eq!(ok.threads, 128);
         assert_eq!(ok.block_m, 128);
+    }
+
+    #[test]
+    fn warp_skipping_is_offered_only_where_blocks_are_masked() {
+        let skips = |mask| {
+            let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, mask);
+            candidates(&spec)
+                .iter()
+                .filter(|c| c.switch(WARP_SKIP, 0) == 1)
+                .count()
+        };
+        assert_eq!(skips(MaskKind::None), 0);
+        assert_eq!(skips(MaskKind::Causal), 12);
+        assert_eq!(skips(MaskKind::Local), 12);
+        // The measured d128 causal pick skips, and the rendered kernel is told so.
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        let c = default_config(&spec);
+        assert_eq!(c.switch(WARP_SKIP, 0), 1);
+        let fp = check(&spec, &c).unwrap();
+        let values = render_values(&spec, &c, &fp);
+        assert!(values.contains(&("warp_skip", json!(true))));
+        // d64 loses with it: its default does not skip.
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        assert_eq!(default_config(&spec).switch(WARP_SKIP, 0), 0);
     }
 
     #[test]

@@ -60,6 +60,14 @@ struct Mask {
                                                      int col_end_tile) const {
         return col_end_tile > col_end(row_begin) || col_begin_tile < col_begin(row_last);
     }
+
+    // Whether any row of [row_first, row_last] sees any key of [col_begin_tile,
+    // col_end_tile). Rows at or past seqlen_q are padding and see nothing.
+    __device__ __forceinline__ bool block_visible(int row_first, int row_last, int col_begin_tile,
+                                                  int col_end_tile) const {
+        return row_first < seqlen_q && col_begin_tile < col_end(imin(row_last, seqlen_q - 1)) &&
+               col_end_tile > col_begin(row_first);
+    }
 };
 
 }  // namespace fa4

@@ -403,116 +403,137 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             }
         }
 
+        // kWarpSkip: a warp whose rows see none of this block's keys (the diagonal block
+        // of a causal mask, both edges of a window) skips its GEMMs and softmax; its
+        // running max, sum and O stay what a fully masked block would leave. The branch
+        // is uniform per warp; without the switch it compiles away.
+        bool warp_visits = true;
+        if constexpr (T::kWarpSkip && T::kMask != MaskKind::None) {
+            const BlockScalars scalars = *block_scalars;
+            const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
+            const int warp_first = (row_begin + warp_row) / kGroup;
+            const int warp_last = (row_begin + warp_row + T::kRowsPerWarp - 1) / kGroup;
+            warp_visits = mask.block_visible(warp_first, warp_last, n_block * T::kBlockN, (n_block + 1) * T::kBlockN);
+        }
+
         // ---- QK GEMM: S = Q K^T ----------------------------------------------------------
         float s[kMTiles][kNTiles][4];
+        if (warp_visits) {
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
+            for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < kNTiles; ++nt)
+                for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+                    for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
 #pragma unroll
-        for (int ks = 0; ks < T::kQkSteps; ++ks) {
-            u32 a[kMTiles][4];
-#pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt) {
-                if constexpr (T::kQInRegs) {
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
-                } else {
-                    ldmatrix_x4(a[mt], LayoutQK::at(q_base, mt * 16, ks));
-                }
-            }
-#pragma unroll
-            for (int np = 0; np < kNTiles / 2; ++np) {
-                u32 b[4];
-                ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
+            for (int ks = 0; ks < T::kQkSteps; ++ks) {
+                u32 a[kMTiles][4];
 #pragma unroll
                 for (int mt = 0; mt < kMTiles; ++mt) {
-                    mma_16816<kBf16>(s[mt][2 * np], a[mt], b[0], b[1]);
-                    mma_16816<kBf16>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                    if constexpr (T::kQInRegs) {
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
+                    } else {
+                        ldmatrix_x4(a[mt], LayoutQK::at(q_base, mt * 16, ks));
+                    }
+                }
+#pragma unroll
+                for (int np = 0; np < kNTiles / 2; ++np) {
+                    u32 b[4];
+                    ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
+#pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt) {
+                        mma_16816<kBf16>(s[mt][2 * np], a[mt], b[0], b[1]);
+                        mma_16816<kBf16>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                    }
                 }
             }
-        }
+        }  // warp_visits
         if constexpr (kStages == 1) {
             __syncthreads();  // every warp is done with the K buffer
             if (tile + 1 < n_tiles) load_k(tile + 1, true);
             cp_async_commit();
         }
 
-        // ---- soft-capping: S = cap * tanh(S * scale / cap) --------------------------------
-        if constexpr (T::kSoftcap) {
-            const float to_unit = params.softmax_scale / params.softcap;
+        if (warp_visits) {
+            // ---- soft-capping: S = cap * tanh(S * scale / cap) ----------------------------
+            if constexpr (T::kSoftcap) {
+                const float to_unit = params.softmax_scale / params.softcap;
 #pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mt][nt][e] = params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
-        }
-
-        // ---- mask: only blocks that cross a mask edge or the end of the keys -------------
-        const int col_begin = n_block * T::kBlockN;
-        const BlockScalars scalars = *block_scalars;
-        const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
-        // Without a mask only the first block visited (the last keys) can straddle the end.
-        const bool needs_mask = T::kMask == MaskKind::None
-                                    ? tile == 0
-                                    : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
-                                                            col_begin + T::kBlockN);
-        if (needs_mask) {
-#pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
-                    const int first = mask.col_begin(row);
-                    const int end = mask.col_end(row);
+                for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
                     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                            if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
-                        }
-                }
-        }
+                        for (int e = 0; e < 4; ++e)
+                            s[mt][nt][e] = params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
+            }
 
-        // ---- online softmax; rescale what O holds so far -------------------------------
-        float o_scale[2 * kMTiles];
-        softmax.update(s, score_scale_log2, o_scale);
+            // ---- mask: only blocks that cross a mask edge or the end of the keys ---------
+            const int col_begin = n_block * T::kBlockN;
+            const BlockScalars scalars = *block_scalars;
+            const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left,
+                                      params.window_right};
+            // Without a mask only the first block visited (the last keys) can straddle the end.
+            const bool needs_mask = T::kMask == MaskKind::None
+                                        ? tile == 0
+                                        : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
+                                                                col_begin + T::kBlockN);
+            if (needs_mask) {
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
+                for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-            for (int ot = 0; ot < kOTiles; ++ot)
+                    for (int h = 0; h < 2; ++h) {
+                        const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
+                        const int first = mask.col_begin(row);
+                        const int end = mask.col_end(row);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+                        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                            for (int e = 0; e < 2; ++e) {
+                                const int col = col_begin + nt * 8 + quad_col * 2 + e;
+                                if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
+                            }
+                    }
+            }
+
+            // ---- online softmax; rescale what O holds so far ---------------------------
+            float o_scale[2 * kMTiles];
+            softmax.update(s, score_scale_log2, o_scale);
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+                for (int ot = 0; ot < kOTiles; ++ot)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+        }  // warp_visits
 
         cp_async_wait<kWaitV>();  // V(tile) has landed for this thread ...
         __syncthreads();          // ... and for every thread
 
         // ---- PV GEMM: O += P V, P packed from the S fragments in registers ---------------
+        if (warp_visits) {
 #pragma unroll
-        for (int ks = 0; ks < T::kPvSteps; ++ks) {
-            u32 a[kMTiles][4];
-#pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt) {
-                a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-                a[mt][1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-                a[mt][2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-                a[mt][3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-            }
-#pragma unroll
-            for (int dp = 0; dp < kOTiles / 2; ++dp) {
-                u32 b[4];
-                ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
+            for (int ks = 0; ks < T::kPvSteps; ++ks) {
+                u32 a[kMTiles][4];
 #pragma unroll
                 for (int mt = 0; mt < kMTiles; ++mt) {
-                    mma_16816<kBf16>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
-                    mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                    a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+                    a[mt][1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+                    a[mt][2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+                    a[mt][3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < kOTiles / 2; ++dp) {
+                    u32 b[4];
+                    ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
+#pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt) {
+                        mma_16816<kBf16>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
+                        mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                    }
                 }
             }
-        }
+        }  // warp_visits
         if constexpr (kStages == 1) {
             __syncthreads();  // every warp is done with the V buffer
             if (tile + 1 < n_tiles) load_v(tile + 1, true);

@@ -27,6 +27,7 @@ struct Traits {
     static constexpr bool kSoftcap = Config::kSoftcap;   // cap * tanh(score / cap)
     static constexpr bool kPaged = Config::kPaged;       // K/V through a page table
     static constexpr bool kPackGqa = Config::kPackGqa;   // rows = (query, head) of one KV head
+    static constexpr bool kWarpSkip = Config::kWarpSkip; // warps skip masked blocks they cannot see
 
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = kBlockM / kWarps;
