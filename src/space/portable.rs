@@ -216,7 +216,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // over 8 warps, best once rows are swizzled (bench/NOTES.md). SKIPPING (warps skip
     // the masked blocks they cannot see): d96, d128 and d192 causal, 1.12 to 1.28x at
     // d96/d192, 1.11x (512) to 0.97x (16k) at d128, and the d128 window; d64 and d256
-    // lose with it (`bench/results/2026-11-30-h200-3cd1b3f-warpskip-*`).
+    // lose with it (`bench/results/2026-11-30-h200-d3226a7-warpskip-*`).
     let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
         (..=64, MaskKind::Local, _) => &[],
         (..=64, _, _) => &[(128, 4, 64, 1, 1)],
