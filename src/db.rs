@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 use fa4_spec::{KernelSpec, TileConfig};
 use serde::{Deserialize, Serialize};
 
+/// How much faster than the heuristic default a candidate must measure to be served
+/// instead of it ([`Record::choice`]).
+pub const MIN_GAIN: f64 = 1.02;
+
 /// Marks a folder as a fa4-gen tuning database, with its format version.
 const FORMAT_KEY: &[u8] = b"__fa4-gen-tuning-db__";
 const FORMAT: &str = "fa4-gen tuning-db 1";
@@ -59,6 +63,9 @@ pub struct TimingPolicy {
     pub runs: u32,
     /// Whether the L2 cache was overwritten before every timed run.
     pub l2_flush: bool,
+    /// Kernel time spent per measurement; `runs` is the least number of runs.
+    #[serde(default)]
+    pub budget_ms: f64,
 }
 
 /// What happened to one candidate.
@@ -120,6 +127,22 @@ impl Record {
                 _ => None,
             })
             .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// The candidate to serve: the fastest, unless it beats candidate 0 (the heuristic
+    /// default) by less than [`MIN_GAIN`], which is within the run-to-run spread of a
+    /// timing (2 to 3% between device calls, `bench/NOTES.md`); then the default. None
+    /// when nothing was measured.
+    pub fn choice(&self) -> Option<&Candidate> {
+        let (winner, ms) = self.winner()?;
+        match self.candidates.first().map(|c| (c, &c.outcome)) {
+            Some((default, Outcome::Measured { ms: default_ms, .. }))
+                if ms * MIN_GAIN > *default_ms =>
+            {
+                Some(default)
+            }
+            _ => Some(winner),
+        }
     }
 
     /// Whether the record was measured with another version of its template than
@@ -385,6 +408,7 @@ mod tests {
                 warmup: 3,
                 runs: 50,
                 l2_flush: true,
+                budget_ms: 25.0,
             },
             date: "2026-11-30T10:00:00Z".into(),
             candidates: ms
@@ -413,6 +437,19 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn the_default_is_served_unless_beaten_by_more_than_the_noise() {
+        let r = record(&[Some(1.00), Some(0.99)], 1024, "H200");
+        assert_eq!(r.winner().unwrap().0.kernel, "k1");
+        assert_eq!(r.choice().unwrap().kernel, "k0", "1% is noise");
+        let r = record(&[Some(1.00), Some(0.95)], 1024, "H200");
+        assert_eq!(r.choice().unwrap().kernel, "k1");
+        // A default that failed is never served; nothing measured, nothing served.
+        let r = record(&[None, Some(1.5)], 1024, "H200");
+        assert_eq!(r.choice().unwrap().kernel, "k1");
+        assert!(record(&[None], 1024, "H200").choice().is_none());
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //!                                                              the device's problems)
 //! ```
 //!
-//! What the timing finds is kept in `db`, the tuning database the tuner writes and the
-//! runtime dispatcher will read. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
+//! `tune` checks and times every candidate per sequence-length bucket and keeps what it
+//! finds in `db`, the tuning database the runtime dispatcher will read. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
 
 pub mod bench;
 pub mod cli;
@@ -23,6 +23,7 @@ pub mod render;
 pub mod space;
 pub mod templates;
 pub mod timestamp;
+pub mod tune;
 pub mod verify;
 
 pub use fa4_spec as spec;

@@ -9,6 +9,9 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Before any thread and before the CUDA driver starts: every compile must run ptxas
+    // and print its resource report (bench/NOTES.md, the compute cache).
+    fa4_gen::compile::nvrtc::disable_compute_cache();
     let cli = fa4_gen::cli::Cli::parse();
     fa4_gen::cli::run(cli)
 }

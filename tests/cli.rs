@@ -72,6 +72,75 @@ fn assert_usage_error(args: &[&str], expected: &str) {
 }
 
 #[test]
+fn tune_arguments_are_checked_before_any_work() {
+    assert_usage_error(
+        &["tune", "--head-dim", "64"],
+        "tune needs --arch with one architecture, e.g. --arch sm90",
+    );
+    assert_usage_error(
+        &["tune", "--arch", "sm90,sm100", "--head-dim", "64"],
+        "tune needs --arch with one architecture",
+    );
+    assert_usage_error(
+        &["tune", "--arch", "sm90", "--causal", "maybe"],
+        "--causal maybe: expected both, yes or no",
+    );
+    assert_usage_error(
+        &["tune", "--arch", "sm90", "--buckets", "1000"],
+        "--buckets 1000 is not a bucket; buckets are 128, 256,",
+    );
+    assert_usage_error(
+        &["tune", "--arch", "sm90", "--shard", "4/4"],
+        "--shard 4/4: expected i/n with 0 <= i < n",
+    );
+    assert_usage_error(
+        &["tune", "--arch", "sm90", "--budget", "ten"],
+        "--budget ten: expected a positive time such as 90s, 10m or 1h",
+    );
+    assert_usage_error(
+        &["tune", "--arch", "sm90", "--head-dim", "80"],
+        "head dim 80 is not offered for sm90",
+    );
+}
+
+/// `--compile-only` works anywhere NVRTC does: sm100 has no GPU here, and none is needed.
+#[test]
+fn tune_compile_only_builds_and_prunes_without_a_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "tune",
+            "--arch",
+            "sm100",
+            "--head-dim",
+            "64",
+            "--dtype",
+            "bf16",
+            "--causal",
+            "yes",
+            "--compile-only",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["arch"], "sm100");
+    assert_eq!(summary["specs"], 1);
+    let built = summary["built"].as_u64().unwrap();
+    assert!(built > 40, "{summary}");
+    assert!(summary["kernels_per_second_per_core"].as_f64().unwrap() > 0.0);
+    let cubins = std::fs::read_dir(dir.path().join("build/cubin/sm100"))
+        .unwrap()
+        .count();
+    assert_eq!(cubins as u64, built);
+    assert!(
+        !dir.path().join("tuning-db").exists(),
+        "nothing timed, nothing recorded"
+    );
+}
+
+#[test]
 fn bad_input_gets_one_clear_line() {
     assert_usage_error(
         &["compile", "--arch", "sm91"],
@@ -239,6 +308,7 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
             warmup: 3,
             runs: 50,
             l2_flush: true,
+            budget_ms: 25.0,
         },
         date: "2026-11-30T11:00:00Z".into(),
         candidates: vec![Candidate {

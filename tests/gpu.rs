@@ -35,3 +35,52 @@ fn verify_checks_kernels_on_the_gpu() {
     let text = stdout(&out);
     assert!(text.contains("16 of 16 checks passed"), "{text}");
 }
+
+#[test]
+fn tune_times_into_the_database_or_offers_compile_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "tune",
+        "--arch",
+        "sm90",
+        "--head-dim",
+        "64",
+        "--dtype",
+        "bf16",
+        "--causal",
+        "yes",
+        "--buckets",
+        "512",
+        "--budget",
+        "20s",
+        "--db",
+        "db.sled",
+    ];
+    let out = fa4_gen(dir.path(), &args);
+    if !has_cuda_driver() {
+        eprintln!("skipped: no CUDA driver on this machine; `fa4-gen tune` times on a GPU host");
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert!(
+            err.contains("--compile-only") && err.lines().count() == 1,
+            "{err}"
+        );
+        assert!(
+            !dir.path().join("db.sled").exists(),
+            "no database without a GPU"
+        );
+        return;
+    }
+    assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("sm90_bf16_d64_causal") && text.contains("GPU busy"),
+        "{text}"
+    );
+    // The same command again finds everything measured and measures nothing new.
+    let again = stdout(&fa4_gen(dir.path(), &args));
+    assert!(
+        again.contains(" 0 timed") || again.contains("stopped by --budget"),
+        "{again}"
+    );
+}

@@ -84,20 +84,27 @@ pub struct CompileFailure {
 /// The CUDA variable that turns the driver's and NVRTC's compute cache off.
 pub const CACHE_DISABLE_ENV: &str = "CUDA_CACHE_DISABLE";
 
+/// Turns the CUDA compute cache off for this process unless the caller chose otherwise.
+/// The driver reads the variable when it initialises, so a process that opens a GPU
+/// and compiles must call this first (`fa4-gen`'s `main` does); [`Nvrtc::load`] calls
+/// it too, which covers processes that only compile.
+pub fn disable_compute_cache() {
+    if std::env::var_os(CACHE_DISABLE_ENV).is_none() {
+        std::env::set_var(CACHE_DISABLE_ENV, "1");
+    }
+}
+
 impl Nvrtc {
     /// Finds and loads NVRTC, in this order: `FA4_GEN_NVRTC`; the dynamic loader's path
     /// (`LD_LIBRARY_PATH`, ldconfig); `CUDA_HOME`, `CUDA_PATH` and `/usr/local/cuda`; a
     /// pip-installed `nvidia-cuda-nvrtc` in any site-packages `python3` knows.
     ///
-    /// Turns the CUDA compute cache off for this process first (`CUDA_CACHE_DISABLE=1`,
-    /// unless the caller set it): with a driver installed, NVRTC answers a PTX it has
-    /// compiled before from `~/.nv/ComputeCache` without running ptxas, so the log has no
-    /// resource report and the kernel could not be judged. Call this before starting
-    /// threads that read the environment.
+    /// Turns the CUDA compute cache off for this process first ([`disable_compute_cache`]):
+    /// with a driver installed, NVRTC answers a PTX it has compiled before from
+    /// `~/.nv/ComputeCache` without running ptxas, so the log has no resource report and
+    /// the kernel could not be judged.
     pub fn load() -> Result<Self, NvrtcError> {
-        if std::env::var_os(CACHE_DISABLE_ENV).is_none() {
-            std::env::set_var(CACHE_DISABLE_ENV, "1");
-        }
+        disable_compute_cache();
         if let Some(given) = std::env::var_os(NVRTC_ENV) {
             let path = resolve_env(&given).ok_or_else(|| NvrtcError::BadEnv {
                 given: given.to_string_lossy().into_owned(),

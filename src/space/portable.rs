@@ -214,25 +214,27 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // Swizzled rows unless marked PAD_ROWS: the tiles where the swizzle's XORs spill
     // (d192, d128 with softcap) keep padded rows. d256 non-causal: FA2's 128x64 tile
     // over 8 warps, best once rows are swizzled (bench/NOTES.md). SKIPPING (warps skip
-    // the masked blocks they cannot see): d96 and d192 causal (1.12 to 1.28x) and the
-    // d128 window (1.13 to 1.20x); d128 causal gains at 512 only (1.10x) and loses 3%
-    // from 4096 on, d64 and d256 lose everywhere: theirs stay off until tuned per length
-    // (`bench/results/2026-11-30-h200-{d3226a7-warpskip,99f8474}-*`).
+    // the masked blocks they cannot see): d96 causal and the d128 window (1.13 to 1.20x);
+    // d128 causal gains at 512 only (1.10x) and loses 3% from 4096 on, d64, d192 and
+    // d256 lose: theirs stay off, the tuner decides per length
+    // (`bench/results/2026-11-30-h200-{d3226a7-warpskip,99f8474}-*`, `tuning-db/`).
     let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
         (..=64, MaskKind::Local, _) => &[],
         (..=64, _, _) => &[(128, 4, 64, 1, 1)],
         (..=96, MaskKind::Causal, false) => &[(128, 4, 64, 1, SKIPPING)],
-        // d96 is not on the paper grid, and d128's pick spills at d96: generic list.
+        // d96 and d192: the configs with the best geomean over every bucket of their tune
+        // (`tuning-db/sm90.json`): 1.18 to 1.33x the generic picks they replace.
+        (..=96, MaskKind::None, false) => &[(128, 4, 32, 3, 0)],
         (..=96, _, _) => &[],
         (..=128, MaskKind::Local, false) => &[(128, 4, 64, 2, SKIPPING)],
         (..=128, MaskKind::Local, true) => &[],
         (..=128, _, false) => &[(128, 4, 64, 1, 0)],
         (..=128, _, true) => &[(128, 4, 64, 1, PAD_ROWS)],
-        // d192 is not on the paper grid: its 128x128 tile spills; causal takes 128x64
-        // over 8 warps with skipping (with softcap d256's causal pick, padded: swizzled
-        // it spills), non-causal the generic list (the 64x64 tile spills there).
-        (..=192, MaskKind::Causal, false) => &[(128, 8, 64, 1, SKIPPING)],
+        // d192 (its 128x128 tile spills): 128x64 over 8 warps; without skipping, which
+        // cost 18% there. With softcap d256's causal pick, padded (swizzled it spills).
+        (..=192, MaskKind::Causal, false) => &[(128, 8, 64, 1, 0)],
         (..=192, MaskKind::Causal, true) => &[(64, 4, 64, 1, PAD_ROWS)],
+        (..=192, MaskKind::None, false) => &[(128, 8, 64, 3, 0)],
         (..=192, _, _) => &[],
         (_, MaskKind::Local, _) => &[],
         (_, MaskKind::None, _) => &[(128, 8, 64, 1, 0)],

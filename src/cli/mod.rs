@@ -16,6 +16,8 @@ use crate::render::Renderer;
 use crate::space::{self, Candidate, Planned, RejectKind, Selection, Template};
 use crate::verify;
 
+mod tune;
+
 /// Ahead-of-time generator, compiler and autotuner for FlashAttention-style prefill kernels.
 #[derive(Debug, Parser)]
 #[command(name = "fa4-gen", version, propagate_version = true)]
@@ -39,6 +41,9 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Time kernels on the FlashAttention-3 paper's grid, in the peers' row format.
     Bench(BenchArgs),
+    /// Check and time every candidate per sequence-length bucket; keep the winners in
+    /// the tuning database.
+    Tune(tune::TuneArgs),
     /// Read and maintain a tuning database: show, export, import, merge, gc.
     Db(DbArgs),
 }
@@ -181,6 +186,10 @@ pub struct VerifyArgs {
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
+    /// Also time each cell's tuned choice from this tuning database (rows with backend
+    /// `fa4-gen-tuned`: the winner where it beats the default by 2%, else the default).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
     /// Head dims.
     #[arg(long = "head-dim", value_delimiter = ',', default_values_t = [64, 128, 256])]
     pub head_dim: Vec<u32>,
@@ -260,6 +269,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Compile(a) => compile_cmd(a, quiet),
         Command::Verify(a) => verify_cmd(a, quiet),
         Command::Bench(a) => bench_cmd(a, quiet),
+        Command::Tune(a) => tune::tune_cmd(a, quiet),
         Command::Db(a) => db_cmd(a),
     };
     match result {
@@ -717,7 +727,7 @@ fn verify_cmd(a: VerifyArgs, quiet: bool) -> CliResult {
     let specs = a.spec.specs(&[arch])?;
     let dir = BuildDir::new(&a.build_dir);
     let configs = a.configs.choice();
-    let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &dir, quiet)?;
+    let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &[], &dir, quiet)?;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -815,14 +825,18 @@ fn device_kernels(
     arch: Arch,
     specs: &[(Template, KernelSpec)],
     configs: Option<&str>,
+    extra: &[Candidate],
     dir: &BuildDir,
     quiet: bool,
 ) -> Result<(Vec<ReadyKernel>, verify::Support), CliError> {
     let renderer = Renderer::embedded()?;
-    let planned: Vec<Planned> = plan_all(specs, configs.is_none())
+    let planned: Vec<Planned> = plan_all(specs, false)
         .into_iter()
         .filter(|p| p.verdict.is_ok())
-        .filter(|p| configs.is_none_or(|f| p.candidate.config.tag().contains(f)))
+        .filter(|p| match configs {
+            Some(f) => p.candidate.config.tag().contains(f),
+            None => p.is_default || extra.contains(&p.candidate),
+        })
         .collect();
     let mut kernels = ready_kernels(&renderer, dir, arch, &planned)?;
     let mut support = dir.path(&verify::support_cubin_rel(renderer.templates(), arch));
@@ -941,7 +955,36 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     let specs = wanted(arch);
     let dir = BuildDir::new(&a.build_dir);
     let configs = a.configs.choice();
-    let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &dir, quiet)?;
+    // The tuned winner per (spec, bucket) measured on this GPU with these templates.
+    let tuned: BTreeMap<(KernelSpec, u32), fa4_spec::TileConfig> = match &a.db {
+        None => BTreeMap::new(),
+        Some(path) => {
+            let renderer = Renderer::embedded()?;
+            crate::db::TuningDb::open(path)?
+                .records()?
+                .into_iter()
+                .filter(|r| {
+                    r.device.name == gpu.info.name && r.device.sm_count == gpu.info.sm_count
+                })
+                .filter(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()))
+                .filter_map(|r| Some(((r.spec, r.bucket.seqlen), r.choice()?.config.clone())))
+                .collect()
+        }
+    };
+    let extra: Vec<Candidate> = tuned
+        .iter()
+        .flat_map(|((spec, _), config)| {
+            Template::ALL
+                .into_iter()
+                .filter(|t| t.supports(spec))
+                .map(|template| Candidate {
+                    template,
+                    spec: *spec,
+                    config: config.clone(),
+                })
+        })
+        .collect();
+    let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &extra, &dir, quiet)?;
     let mut flush = crate::bench::L2Flush::new(&gpu)?;
     println!(
         "bench on {} ({arch}, {} SMs, driver CUDA {}), {} kernels, {} tokens, hidden {}",
@@ -959,12 +1002,17 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     let mut rows = Vec::new();
     for (cell, features) in cells {
         for feature_set in features {
+            let bucket = crate::db::Bucket::of(cell.seqlen.max(1) as u32).seqlen;
+            let winner = |k: &BuiltKernel| {
+                tuned.get(&(k.candidate.spec, bucket)) == Some(&k.candidate.config)
+            };
             let mut cell_kernels: Vec<&ReadyKernel> = kernels
                 .iter()
                 .filter(|(k, _)| {
                     let s = &k.candidate.spec;
                     s.head_dim == cell.head_dim && s.mask == cell.mask && s.features == feature_set
                 })
+                .filter(|(k, _)| configs.is_some() || k.is_default || winner(k))
                 .collect();
             cell_kernels.sort_by_key(|(k, _)| !k.is_default);
             let Some((first, _)) = cell_kernels.first() else {
@@ -1025,10 +1073,22 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     config,
                     row.ms,
                     row.tflops,
-                    if built.is_default { "  (default)" } else { "" }
+                    match (built.is_default, winner(built)) {
+                        (true, true) => "  (default, tuned)",
+                        (true, false) => "  (default)",
+                        (false, true) => "  (tuned)",
+                        (false, false) => "",
+                    }
                 );
                 if best.as_ref().is_none_or(|b| row.ms < b.ms) {
                     best = Some(row.clone());
+                }
+                let untuned = !tuned.contains_key(&(built.candidate.spec, bucket));
+                if winner(built) || (a.db.is_some() && built.is_default && untuned) {
+                    rows.push(crate::bench::Row {
+                        backend: format!("{base}-tuned"),
+                        ..row.clone()
+                    });
                 }
                 rows.push(row);
             }

@@ -1,0 +1,415 @@
+//! `fa4-gen tune`: compiles the candidates of one spec after another on a background
+//! thread (rayon inside) while the GPU checks and times the previous spec's kernels, and
+//! keeps every outcome in the tuning database (`crate::tune` does the measuring loop).
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use fa4_spec::{Arch, KernelSpec};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::{check_build, load_nvrtc, parse_list, CliError, CliResult, SpecArgs};
+use crate::compile::{self, BuildDir, BuildSummary, Reporter};
+use crate::db::{Device, Outcome, TuningDb};
+use crate::gpu::Gpu;
+use crate::render::Renderer;
+use crate::space::{self, Template};
+use crate::tune::{self, GpuMeasurer, Key, Progress, TuneKernel};
+use crate::verify;
+
+#[derive(Debug, Args)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    /// Causal masks to tune when --mask is not given: both, yes or no.
+    #[arg(long, default_value = "both")]
+    pub causal: String,
+    /// Sequence-length buckets (powers of two, 128 to 32768) [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub buckets: Vec<u32>,
+    /// Start no new measurement after this much wall time (90s, 10m, 1h); what was
+    /// measured is kept and the next run resumes.
+    #[arg(long)]
+    pub budget: Option<String>,
+    /// Tune the i-th of n shards of the keys (0-based, e.g. 0/4), for sweeps split over
+    /// GPUs or hosts; `fa4-gen db merge` combines their databases.
+    #[arg(long)]
+    pub shard: Option<String>,
+    /// The tuning database [default: tuning-db/<arch>.sled].
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Render, compile and prune without a GPU: no checking, no timing.
+    #[arg(long)]
+    pub compile_only: bool,
+    /// Print the closing summary as JSON (no progress bar).
+    #[arg(long)]
+    pub json: bool,
+    /// Build folder for sources and cubins.
+    #[arg(long, env = "FA4_GEN_OUT", default_value = "build")]
+    pub build_dir: PathBuf,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Parallel NVRTC compilations [default: one per core].
+    #[arg(short, long)]
+    pub jobs: Option<usize>,
+}
+
+/// One spec's build, handed from the compile thread to the GPU loop.
+struct Built {
+    template: Template,
+    spec: KernelSpec,
+    summary: Result<BuildSummary, compile::BuildError>,
+}
+
+pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
+    let quiet = quiet || a.json;
+    let archs: Vec<Arch> = parse_list(&a.spec.arch)?;
+    let [arch] = archs[..] else {
+        return Err(CliError::Usage(
+            "tune needs --arch with one architecture, e.g. --arch sm90".into(),
+        ));
+    };
+    let mut spec_args = a.spec.clone();
+    if spec_args.mask.is_empty() {
+        spec_args.mask = match a.causal.as_str() {
+            "both" => vec!["none".into(), "causal".into()],
+            "yes" => vec!["causal".into()],
+            "no" => vec!["none".into()],
+            other => {
+                return Err(CliError::Usage(format!(
+                    "--causal {other}: expected both, yes or no"
+                )))
+            }
+        };
+    }
+    let specs = spec_args.specs(&[arch])?;
+    let buckets = tune::parse_buckets(&a.buckets).map_err(CliError::Usage)?;
+    let (shard, shards) = match &a.shard {
+        Some(s) => tune::parse_shard(s).map_err(CliError::Usage)?,
+        None => (0, 1),
+    };
+    let deadline = match &a.budget {
+        Some(b) => Some(tune::parse_budget(b).map_err(CliError::Usage)?),
+        None => None,
+    };
+    let keys = tune::shard_keys(&specs, &buckets, shard, shards);
+    let mut shard_specs: Vec<(Template, KernelSpec)> =
+        keys.iter().map(|k| (k.template, k.spec)).collect();
+    shard_specs.dedup();
+
+    // The GPU first, so a wrong --arch fails before anything is compiled.
+    let gpu = if a.compile_only {
+        None
+    } else {
+        Some(open_gpu(a.device, arch)?)
+    };
+    let started = Instant::now();
+    let deadline = deadline.map(|d| started + d);
+    let renderer = Renderer::embedded()?;
+    let dir = BuildDir::new(&a.build_dir);
+    crate::fsutil::ensure_writable_dir(dir.root())?;
+    let nvrtc = load_nvrtc(quiet)?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let support = match &gpu {
+        Some(gpu) => {
+            let path = verify::build_support(&nvrtc, renderer.templates(), &dir, arch)
+                .map_err(CliError::Failed)?;
+            Some(verify::Support::load(gpu, &std::fs::read(path)?)?)
+        }
+        None => None,
+    };
+    let db_path =
+        a.db.clone()
+            .unwrap_or_else(|| PathBuf::from(format!("tuning-db/{arch}.sled")));
+    let db = match &gpu {
+        Some(_) => Some(TuningDb::open(&db_path)?),
+        None => None,
+    };
+
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} tuning {pos}/{len} [{elapsed_precise} eta {eta}] {msg}",
+        )
+        .expect("valid template"),
+    );
+    let watcher = Watcher {
+        bar: bar.clone(),
+        counts: Default::default(),
+    };
+
+    let mut compiled = 0usize;
+    let mut built_total = 0usize;
+    let mut compile_busy = Duration::ZERO;
+    let mut totals = tune::Counts::default();
+    let mut stopped = false;
+    let mut measurer = match (&gpu, &support) {
+        (Some(gpu), Some(support)) => Some(GpuMeasurer::new(gpu, support)?),
+        _ => None,
+    };
+    let template_hash = |t: Template| renderer.template_hash(t).to_string();
+    let device = gpu.as_ref().map(|g| Device {
+        name: g.info.name.clone(),
+        sm_count: g.info.sm_count,
+        driver: g.info.driver.clone(),
+        nvrtc: nvrtc.version_string(),
+    });
+
+    std::thread::scope(|scope| -> CliResult {
+        // Compile spec k+1 while the GPU measures spec k (one build in hand at a time).
+        let (tx, rx) = mpsc::sync_channel::<(Built, Duration)>(1);
+        let (renderer, dir, nvrtc, pool) = (&renderer, &dir, &nvrtc, &pool);
+        let specs_to_build = shard_specs.clone();
+        scope.spawn(move || {
+            for (template, spec) in specs_to_build {
+                let planned = space::plan(template, &spec);
+                let t = Instant::now();
+                let summary =
+                    pool.install(|| compile::build(nvrtc, renderer, dir, &planned, &QuietReporter));
+                if tx
+                    .send((
+                        Built {
+                            template,
+                            spec,
+                            summary,
+                        },
+                        t.elapsed(),
+                    ))
+                    .is_err()
+                {
+                    return; // the GPU loop ended early
+                }
+            }
+        });
+        for (built, took) in rx {
+            let summary = built.summary?;
+            compile_busy += took;
+            compiled += summary.compiled;
+            built_total += summary.built().count();
+            check_build(&summary)?;
+            watcher.counts.lock().expect("lock").compiled += summary.compiled;
+            if a.compile_only {
+                if !quiet {
+                    println!(
+                        "{:<34} {:>3} built, {:>3} set aside, {:>3} compiled now",
+                        built.spec.tag(),
+                        summary.built().count(),
+                        summary.rejected().count(),
+                        summary.compiled
+                    );
+                }
+                continue;
+            }
+            // The default first: it is candidate 0 of every new record.
+            let mut kernels: Vec<TuneKernel> = Vec::new();
+            for k in summary.built() {
+                let cubin = dir.read_cubin(k).map_err(CliError::Failed)?;
+                kernels.push(TuneKernel {
+                    built: k.clone(),
+                    cubin,
+                });
+            }
+            kernels.sort_by(|x, y| {
+                (!x.built.is_default, &x.built.candidate.config)
+                    .cmp(&(!y.built.is_default, &y.built.candidate.config))
+            });
+            let spec_keys: Vec<Key> = keys
+                .iter()
+                .filter(|k| k.template == built.template && k.spec == built.spec)
+                .copied()
+                .collect();
+            let session = tune::Session {
+                db: db.as_ref().expect("a database with a GPU"),
+                device: device.clone().expect("a device with a GPU"),
+                template_hash: &template_hash,
+                deadline,
+            };
+            let (counts, hit_deadline) = tune::tune_spec(
+                &session,
+                &spec_keys,
+                &kernels,
+                measurer.as_mut().expect("a measurer with a GPU"),
+                &watcher,
+            )
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+            totals += counts;
+            if hit_deadline {
+                stopped = true;
+                break;
+            }
+        }
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+
+    let wall = started.elapsed();
+    let per_core = compiled as f64 / (compile_busy.as_secs_f64() * jobs as f64).max(1e-9);
+    if a.compile_only {
+        let summary = serde_json::json!({
+            "arch": arch.name(),
+            "specs": shard_specs.len(),
+            "built": built_total,
+            "compiled": compiled,
+            "compile_seconds": compile_busy.as_secs_f64(),
+            "kernels_per_second_per_core": per_core,
+        });
+        if a.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary).expect("serialises")
+            );
+        } else {
+            println!(
+                "{} specs: {built_total} kernels built ({compiled} compiled now, {per_core:.2} kernels/s per core on {jobs} cores); nothing timed (--compile-only)",
+                shard_specs.len()
+            );
+        }
+        return Ok(());
+    }
+
+    let db = db.expect("a database with a GPU");
+    let device = device.expect("a device with a GPU");
+    let rows = tune::winners(&db, &device, &keys, &template_hash)?;
+    let gpu_busy = measurer.as_ref().map_or(Duration::ZERO, |m| m.busy);
+    let busy_share = gpu_busy.as_secs_f64() / wall.as_secs_f64().max(1e-9);
+    if a.json {
+        let out = serde_json::json!({
+            "device": device,
+            "db": db_path,
+            "keys": rows,
+            "counts": {
+                "compiled": compiled,
+                "checked": totals.checked,
+                "check_failed": totals.check_failed,
+                "timed": totals.timed,
+                "time_failed": totals.time_failed,
+                "already_measured": totals.skipped,
+            },
+            "wall_seconds": wall.as_secs_f64(),
+            "gpu_busy_share": busy_share,
+            "kernels_per_second_per_core": per_core,
+            "stopped_by_budget": stopped,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("serialises")
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<34} {:>6} {:<30} {:>9} {:<30} {:>9} {:>7}",
+        "spec", "bucket", "default", "ms", "winner", "ms", "speedup"
+    );
+    let ms = |v: Option<f64>| v.map_or("-".to_string(), |m| format!("{m:.4}"));
+    for r in &rows {
+        println!(
+            "{:<34} {:>6} {:<30} {:>9} {:<30} {:>9} {:>7}",
+            r.spec,
+            r.bucket,
+            r.default_config,
+            ms(r.default_ms),
+            r.winner_config.as_deref().unwrap_or("(none measured)"),
+            ms(r.winner_ms),
+            r.speedup.map_or("-".into(), |s| format!("{s:.3}x"))
+        );
+    }
+    let gains: Vec<f64> = rows.iter().filter_map(|r| r.speedup).collect();
+    let geomean = (gains.iter().map(|g| g.ln()).sum::<f64>() / gains.len().max(1) as f64).exp();
+    println!(
+        "{} keys on {} into {}: winners {geomean:.3}x the defaults (geomean); {} checked ({} wrong), {} timed ({} failed), {} already measured",
+        rows.len(),
+        device.name,
+        db_path.display(),
+        totals.checked,
+        totals.check_failed,
+        totals.timed,
+        totals.time_failed,
+        totals.skipped
+    );
+    println!(
+        "wall {:.1} s, GPU busy {:.0}% of it; {compiled} kernels compiled at {per_core:.2} kernels/s per core ({jobs} cores)",
+        wall.as_secs_f64(),
+        busy_share * 100.0
+    );
+    if stopped {
+        println!("stopped by --budget: run the same command again to measure the rest");
+    }
+    Ok(())
+}
+
+/// Opens the GPU for `arch`, or says how to go on without it.
+fn open_gpu(device: usize, arch: Arch) -> Result<Gpu, CliError> {
+    let gpu = Gpu::open(device).map_err(|e| {
+        CliError::Failed(format!(
+            "no GPU to tune on ({e}); `--compile-only` renders, compiles and prunes the {arch} kernels without one"
+        ))
+    })?;
+    if gpu.info.arch != Some(arch) {
+        let (ma, mi) = gpu.info.compute_capability;
+        return Err(CliError::Usage(format!(
+            "--arch {arch} cannot be timed on the visible GPU, {} (compute capability {ma}.{mi}): tune its own arch here, or add --compile-only",
+            gpu.info.name
+        )));
+    }
+    Ok(gpu)
+}
+
+/// The compile thread reports nothing: the tune's bar shows its counts.
+struct QuietReporter;
+impl Reporter for QuietReporter {}
+
+#[derive(Default)]
+struct Tally {
+    compiled: usize,
+    timed: usize,
+    failed: usize,
+}
+
+/// Moves the bar and keeps its message: counts and the current key's best.
+struct Watcher {
+    bar: ProgressBar,
+    counts: std::sync::Mutex<Tally>,
+}
+
+impl Progress for Watcher {
+    fn planned(&self, count: usize) {
+        self.bar.inc_length(count as u64);
+    }
+
+    fn measured(
+        &self,
+        key: &Key,
+        _kernel: &TuneKernel,
+        outcome: &Outcome,
+        best: Option<(String, f64)>,
+    ) {
+        let mut c = self.counts.lock().expect("lock");
+        match outcome {
+            Outcome::Measured { .. } => c.timed += 1,
+            Outcome::Failed { .. } => c.failed += 1,
+        }
+        self.bar.inc(1);
+        self.bar.set_message(format!(
+            "compiled {} · timed {} · failed {} · {} s{}: best {}",
+            c.compiled,
+            c.timed,
+            c.failed,
+            key.spec.tag(),
+            key.bucket.seqlen,
+            best.map_or("-".into(), |(cfg, ms)| format!("{cfg} {ms:.4} ms"))
+        ));
+    }
+}
