@@ -242,8 +242,9 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     };
 
     let generic: &[(u32, u32, u32, u32, u32)] =
-        if spec.head_dim <= 64 && spec.features.paged_kv && spec.mask == MaskKind::Local {
-            // Two window bounds plus three page-table paths spill the 128-row tile.
+        if spec.head_dim <= 64 && spec.features.paged_kv && (spec.mask == MaskKind::Local || softcap) {
+            // Two window bounds, or the tanh's temporaries, plus three page-table paths
+            // spill the 128-row tile.
             &[(64, 4, 64, 2, 0), (64, 4, 32, 1, 0)]
         } else if spec.head_dim <= 64 {
             &[
