@@ -13,7 +13,7 @@ pub struct WriteError {
 }
 
 impl WriteError {
-    fn new(path: &Path, source: std::io::Error) -> Self {
+    pub fn new(path: &Path, source: std::io::Error) -> Self {
         let hint = match source.kind() {
             std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
                 "; choose a writable folder with --out"

@@ -10,9 +10,12 @@
 //! ```
 //!
 //! `tune` checks and times every candidate per sequence-length bucket and keeps what it
-//! finds in `db`, the tuning database the runtime dispatcher will read. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
+//! finds in `db`, the tuning database; `cache` builds the shipped kernel cache
+//! (`generated/`) from its export, and `runtime` is the dispatcher that reads it. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
 
 pub mod bench;
+pub mod cache;
+pub mod capi;
 pub mod cli;
 pub mod compile;
 pub mod db;
@@ -20,6 +23,7 @@ pub mod fsutil;
 pub mod gpu;
 pub mod problem;
 pub mod render;
+pub mod runtime;
 pub mod space;
 pub mod templates;
 pub mod timestamp;

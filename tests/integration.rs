@@ -4,6 +4,7 @@
 //! NVRTC is required: the README's test command installs it. GPU tests skip, saying
 //! so, where no CUDA driver is present.
 
+mod cache;
 mod cli;
 mod common;
 mod compile;

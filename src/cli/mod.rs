@@ -16,6 +16,7 @@ use crate::render::Renderer;
 use crate::space::{self, Candidate, Planned, RejectKind, Selection, Template};
 use crate::verify;
 
+mod cache;
 mod tune;
 
 /// Ahead-of-time generator, compiler and autotuner for FlashAttention-style prefill kernels.
@@ -46,6 +47,10 @@ pub enum Command {
     Tune(tune::TuneArgs),
     /// Read and maintain a tuning database: show, export, import, merge, gc.
     Db(DbArgs),
+    /// Build the shipped kernel cache (generated/) from the tuning-db export.
+    BuildCache(cache::BuildCacheArgs),
+    /// Which kernel the dispatcher picks for a problem, and why (no GPU).
+    Explain(cache::ExplainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -271,6 +276,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Bench(a) => bench_cmd(a, quiet),
         Command::Tune(a) => tune::tune_cmd(a, quiet),
         Command::Db(a) => db_cmd(a),
+        Command::BuildCache(a) => cache::build_cache_cmd(a, quiet),
+        Command::Explain(a) => cache::explain_cmd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

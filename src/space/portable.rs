@@ -241,23 +241,25 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
         (_, MaskKind::Causal, _) => &[(64, 4, 64, 1, 0)],
     };
 
-    let generic: &[(u32, u32, u32, u32, u32)] =
-        if spec.head_dim <= 64 && spec.features.paged_kv && (spec.mask == MaskKind::Local || softcap) {
-            // Two window bounds, or the tanh's temporaries, plus three page-table paths
-            // spill the 128-row tile.
-            &[(64, 4, 64, 2, 0), (64, 4, 32, 1, 0)]
-        } else if spec.head_dim <= 64 {
-            &[
-                (128, 4, 64, 2, 0),
-                (128, 8, 64, 2, 0),
-                (64, 4, 64, 2, 0),
-                (64, 4, 32, 1, 0),
-            ]
-        } else if spec.head_dim <= 128 {
-            &[(128, 8, 64, 2, 0), (64, 4, 64, 2, 0), (64, 4, 32, 1, 0)]
-        } else {
-            &[(128, 8, 32, 2, 0), (128, 8, 32, 1, 0), (64, 4, 32, 1, 0)]
-        };
+    let generic: &[(u32, u32, u32, u32, u32)] = if spec.head_dim <= 64
+        && spec.features.paged_kv
+        && (spec.mask == MaskKind::Local || softcap)
+    {
+        // Two window bounds, or the tanh's temporaries, plus three page-table paths
+        // spill the 128-row tile.
+        &[(64, 4, 64, 2, 0), (64, 4, 32, 1, 0)]
+    } else if spec.head_dim <= 64 {
+        &[
+            (128, 4, 64, 2, 0),
+            (128, 8, 64, 2, 0),
+            (64, 4, 64, 2, 0),
+            (64, 4, 32, 1, 0),
+        ]
+    } else if spec.head_dim <= 128 {
+        &[(128, 8, 64, 2, 0), (64, 4, 64, 2, 0), (64, 4, 32, 1, 0)]
+    } else {
+        &[(128, 8, 32, 2, 0), (128, 8, 32, 1, 0), (64, 4, 32, 1, 0)]
+    };
     // Local masks (two bounds per row) cost registers the measured tiles may not have:
     // they start from the conservative list until they are tuned. Soft-capping (a tanh
     // per score) keeps the measured tiles up to d128 (timed in

@@ -1,0 +1,370 @@
+//! The C ABI over the dispatcher (`include/fa4gen.h`): an opaque cache handle,
+//! create/destroy, kernel selection, and error codes with a per-thread message. No
+//! panic crosses the boundary: each entry point catches it and returns
+//! `FA4GEN_ERR_INTERNAL`.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use fa4_spec::{Arch, Dtype, Features, MaskKind};
+
+use crate::runtime::{KernelCache, Query, Reason};
+
+pub const FA4GEN_OK: i32 = 0;
+/// A null pointer, an unknown enum value, a path that is not UTF-8.
+pub const FA4GEN_ERR_INVALID_ARGUMENT: i32 = 1;
+/// The cache is missing, corrupt or from another version.
+pub const FA4GEN_ERR_CACHE: i32 = 2;
+/// No cached kernel covers the problem (head dim, arch, feature set).
+pub const FA4GEN_ERR_UNSUPPORTED: i32 = 3;
+/// A bug in fa4-gen: the message says where.
+pub const FA4GEN_ERR_INTERNAL: i32 = 4;
+
+/// An open kernel cache (opaque to C).
+pub struct Fa4genCache(KernelCache);
+
+/// The problem, as the dispatcher sees it. Mirrors `fa4gen_query` in `fa4gen.h`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Fa4genQuery {
+    /// Compute capability times ten: 80, 86, 89, 90, 100, 120.
+    pub arch: u32,
+    /// 0 bf16, 1 fp16.
+    pub dtype: u32,
+    pub head_dim: u32,
+    pub head_dim_v: u32,
+    /// 0 none, 1 causal, 2 local (sliding window).
+    pub mask: u32,
+    /// Bit 0 sinks, bit 1 softcap, bit 2 paged K/V.
+    pub features: u32,
+    /// The longest query sequence of the batch.
+    pub max_seqlen_q: u32,
+}
+
+/// The chosen kernel. Mirrors `fa4gen_selection` in `fa4gen.h`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Fa4genSelection {
+    /// NUL-terminated.
+    pub kernel_id: [c_char; 128],
+    /// NUL-terminated, relative to the cache folder.
+    pub cubin: [c_char; 256],
+    pub threads: u32,
+    pub block_m: u32,
+    pub block_n: u32,
+    pub smem_bytes: u32,
+    pub pack_gqa: u32,
+    pub registers: u32,
+    /// 0: the bucket's tuned choice; 1: the nearest tuned bucket's; 2: the default.
+    pub reason: u32,
+    /// The tuned bucket used (0 for the default).
+    pub bucket: u32,
+    pub is_default: u32,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn fail(code: i32, message: String) -> i32 {
+    let c = CString::new(message.replace('\0', " ")).expect("no NUL left");
+    LAST_ERROR.with(|l| *l.borrow_mut() = c);
+    code
+}
+
+/// Runs `f`, turning a panic into FA4GEN_ERR_INTERNAL.
+fn guarded(f: impl FnOnce() -> i32) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(code) => code,
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            fail(
+                FA4GEN_ERR_INTERNAL,
+                format!("internal error in fa4-gen: {what}; please report it"),
+            )
+        }
+    }
+}
+
+fn copy_str<const N: usize>(dst: &mut [c_char; N], s: &str) -> bool {
+    if s.len() >= N {
+        return false;
+    }
+    for (d, b) in dst.iter_mut().zip(s.bytes()) {
+        *d = b as c_char;
+    }
+    dst[s.len()] = 0;
+    true
+}
+
+/// The message of the calling thread's last failed call ("" if none). Valid until the
+/// thread's next failing call.
+#[no_mangle]
+pub extern "C" fn fa4gen_last_error() -> *const c_char {
+    LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+/// fa4-gen's version, NUL-terminated, static.
+#[no_mangle]
+pub extern "C" fn fa4gen_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// Opens the kernel cache in `dir` (NUL-terminated UTF-8 path) into `*out`.
+///
+/// # Safety
+/// `dir` is null or a NUL-terminated string; `out` is null or points to writable
+/// storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn fa4gen_cache_open(dir: *const c_char, out: *mut *mut Fa4genCache) -> i32 {
+    guarded(|| {
+        if dir.is_null() || out.is_null() {
+            return fail(
+                FA4GEN_ERR_INVALID_ARGUMENT,
+                "fa4gen_cache_open: dir and out must not be null".into(),
+            );
+        }
+        // SAFETY: non-null and NUL-terminated by the caller's contract.
+        let Ok(dir) = unsafe { CStr::from_ptr(dir) }.to_str() else {
+            return fail(
+                FA4GEN_ERR_INVALID_ARGUMENT,
+                "fa4gen_cache_open: dir is not UTF-8".into(),
+            );
+        };
+        match KernelCache::open(Path::new(dir)) {
+            Ok(cache) => {
+                // SAFETY: `out` is non-null and writable by the caller's contract.
+                unsafe { *out = Box::into_raw(Box::new(Fa4genCache(cache))) };
+                FA4GEN_OK
+            }
+            Err(e) => fail(FA4GEN_ERR_CACHE, e.to_string()),
+        }
+    })
+}
+
+/// Closes a cache from `fa4gen_cache_open` (null is ignored).
+///
+/// # Safety
+/// `cache` is null or a handle from `fa4gen_cache_open` not closed before.
+#[no_mangle]
+pub unsafe extern "C" fn fa4gen_cache_close(cache: *mut Fa4genCache) {
+    if !cache.is_null() {
+        // SAFETY: a live handle from Box::into_raw, closed once.
+        drop(unsafe { Box::from_raw(cache) });
+    }
+}
+
+fn query(q: &Fa4genQuery) -> Result<Query, String> {
+    let arch = match q.arch {
+        80 => Arch::Sm80,
+        86 => Arch::Sm86,
+        89 => Arch::Sm89,
+        90 => Arch::Sm90,
+        100 => Arch::Sm100,
+        120 => Arch::Sm120,
+        a => return Err(format!("arch {a} is not one of 80, 86, 89, 90, 100, 120")),
+    };
+    let dtype = match q.dtype {
+        0 => Dtype::Bf16,
+        1 => Dtype::Fp16,
+        d => return Err(format!("dtype {d} is not 0 (bf16) or 1 (fp16)")),
+    };
+    let mask = match q.mask {
+        0 => MaskKind::None,
+        1 => MaskKind::Causal,
+        2 => MaskKind::Local,
+        m => return Err(format!("mask {m} is not 0 (none), 1 (causal) or 2 (local)")),
+    };
+    if q.features > 7 {
+        return Err(format!(
+            "features {:#x} has bits beyond sinks|softcap|paged (0x7)",
+            q.features
+        ));
+    }
+    Ok(Query {
+        arch,
+        dtype,
+        head_dim: q.head_dim,
+        head_dim_v: q.head_dim_v,
+        mask,
+        features: Features {
+            sinks: q.features & 1 != 0,
+            softcap: q.features & 2 != 0,
+            paged_kv: q.features & 4 != 0,
+        },
+        max_seqlen_q: q.max_seqlen_q,
+    })
+}
+
+/// Picks the kernel for `*q` into `*out`. A pure lookup: no GPU, no allocation.
+///
+/// # Safety
+/// `cache` is a live handle; `q` and `out` are null or valid for reads and writes.
+#[no_mangle]
+pub unsafe extern "C" fn fa4gen_select(
+    cache: *const Fa4genCache,
+    q: *const Fa4genQuery,
+    out: *mut Fa4genSelection,
+) -> i32 {
+    guarded(|| {
+        if cache.is_null() || q.is_null() || out.is_null() {
+            return fail(
+                FA4GEN_ERR_INVALID_ARGUMENT,
+                "fa4gen_select: cache, q and out must not be null".into(),
+            );
+        }
+        // SAFETY: non-null and valid by the caller's contract.
+        let (cache, q) = unsafe { (&(*cache).0, &*q) };
+        let q = match query(q) {
+            Ok(q) => q,
+            Err(e) => return fail(FA4GEN_ERR_INVALID_ARGUMENT, format!("fa4gen_select: {e}")),
+        };
+        let s = match cache.select(&q) {
+            Ok(s) => s,
+            Err(e) => return fail(FA4GEN_ERR_UNSUPPORTED, e.to_string()),
+        };
+        let (reason, bucket) = match s.reason {
+            Reason::Tuned { bucket } => (0, bucket),
+            Reason::NearestTuned { bucket, .. } => (1, bucket),
+            Reason::Default => (2, 0),
+        };
+        let k = s.kernel;
+        let mut sel = Fa4genSelection {
+            kernel_id: [0; 128],
+            cubin: [0; 256],
+            threads: k.footprint.threads,
+            block_m: k.footprint.block_m,
+            block_n: k.config.block_n,
+            smem_bytes: k.footprint.smem_bytes,
+            pack_gqa: k.footprint.pack_gqa as u32,
+            registers: k.registers,
+            reason,
+            bucket,
+            is_default: s.is_default as u32,
+        };
+        if !copy_str(&mut sel.kernel_id, s.id) || !copy_str(&mut sel.cubin, &k.cubin) {
+            return fail(
+                FA4GEN_ERR_INTERNAL,
+                format!("kernel name {} does not fit the selection struct", s.id),
+            );
+        }
+        // SAFETY: `out` is non-null and writable by the caller's contract.
+        unsafe { *out = sel };
+        FA4GEN_OK
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::MANIFEST_FILE;
+
+    fn message() -> String {
+        // SAFETY: fa4gen_last_error returns a NUL-terminated thread-local string.
+        unsafe { CStr::from_ptr(fa4gen_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn d128(seqlen: u32) -> Fa4genQuery {
+        Fa4genQuery {
+            arch: 90,
+            dtype: 0,
+            head_dim: 128,
+            head_dim_v: 128,
+            mask: 1,
+            features: 0,
+            max_seqlen_q: seqlen,
+        }
+    }
+
+    #[test]
+    fn the_c_abi_opens_selects_and_reports_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = crate::runtime::tests::manifest();
+        std::fs::write(
+            dir.path().join(MANIFEST_FILE),
+            serde_json::to_string(&m).unwrap(),
+        )
+        .unwrap();
+        let path = CString::new(dir.path().to_str().unwrap()).unwrap();
+        let mut cache: *mut Fa4genCache = std::ptr::null_mut();
+        // SAFETY: valid pointers throughout; the handle is closed once at the end.
+        unsafe {
+            assert_eq!(fa4gen_cache_open(path.as_ptr(), &mut cache), FA4GEN_OK);
+            let mut sel: Fa4genSelection = std::mem::zeroed();
+            assert_eq!(fa4gen_select(cache, &d128(3000), &mut sel), FA4GEN_OK);
+            let id = CStr::from_ptr(sel.kernel_id.as_ptr()).to_str().unwrap();
+            assert_eq!(
+                (id, sel.reason, sel.bucket, sel.is_default),
+                ("b_d128_tuned", 0, 4096, 0)
+            );
+            assert!(sel.threads > 0 && sel.smem_bytes > 0 && sel.block_m > 0);
+
+            // Unsupported problem, bad enum, null pointers: codes and messages.
+            let q = Fa4genQuery {
+                head_dim: 80,
+                head_dim_v: 80,
+                ..d128(512)
+            };
+            assert_eq!(fa4gen_select(cache, &q, &mut sel), FA4GEN_ERR_UNSUPPORTED);
+            assert!(message().contains("head dim 80"), "{}", message());
+            let q = Fa4genQuery {
+                dtype: 7,
+                ..d128(512)
+            };
+            assert_eq!(
+                fa4gen_select(cache, &q, &mut sel),
+                FA4GEN_ERR_INVALID_ARGUMENT
+            );
+            assert!(message().contains("dtype 7"), "{}", message());
+            let q = Fa4genQuery {
+                features: 8,
+                ..d128(512)
+            };
+            assert_eq!(
+                fa4gen_select(cache, &q, &mut sel),
+                FA4GEN_ERR_INVALID_ARGUMENT
+            );
+            assert_eq!(
+                fa4gen_select(cache, std::ptr::null(), &mut sel),
+                FA4GEN_ERR_INVALID_ARGUMENT
+            );
+            assert_eq!(
+                fa4gen_select(std::ptr::null(), &d128(1), &mut sel),
+                FA4GEN_ERR_INVALID_ARGUMENT
+            );
+            fa4gen_cache_close(cache);
+            fa4gen_cache_close(std::ptr::null_mut());
+
+            // A missing cache: an error code and the fix, no handle.
+            let nowhere = CString::new("/nonexistent/fa4gen-cache").unwrap();
+            let mut none: *mut Fa4genCache = std::ptr::null_mut();
+            assert_eq!(
+                fa4gen_cache_open(nowhere.as_ptr(), &mut none),
+                FA4GEN_ERR_CACHE
+            );
+            assert!(none.is_null());
+            assert!(message().contains("fa4-gen build-cache"), "{}", message());
+            assert_eq!(
+                fa4gen_cache_open(std::ptr::null(), &mut none),
+                FA4GEN_ERR_INVALID_ARGUMENT
+            );
+            let v = CStr::from_ptr(fa4gen_version()).to_str().unwrap();
+            assert_eq!(v, env!("CARGO_PKG_VERSION"));
+        }
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_code() {
+        let code = guarded(|| panic!("boom"));
+        assert_eq!(code, FA4GEN_ERR_INTERNAL);
+        assert!(message().contains("boom"));
+    }
+}

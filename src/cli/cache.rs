@@ -1,0 +1,198 @@
+//! `fa4-gen build-cache` (the shipped kernel cache from the tuning-db export) and
+//! `fa4-gen explain` (which kernel the dispatcher picks for a problem, and why).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use fa4_spec::{fnv1a64, Arch, Dtype, Features, MaskKind};
+
+use super::{load_nvrtc, parse_list, CliError, CliResult};
+use crate::cache;
+use crate::db::{parse_export, Record};
+use crate::render::Renderer;
+use crate::runtime::{KernelCache, Query, Reason};
+
+#[derive(Debug, Args)]
+pub struct BuildCacheArgs {
+    /// Architectures [default: all; sm90 is tuned, the others serve their defaults].
+    #[arg(long, value_delimiter = ',')]
+    pub arch: Vec<String>,
+    /// Feature sets to ship: none, sinks, softcap, paged joined with +, or all [default: all].
+    #[arg(long, value_delimiter = ',')]
+    pub features: Vec<String>,
+    /// Tuning-db exports to take the tuned choices from.
+    #[arg(long = "tuning-db", value_delimiter = ',', default_values = ["tuning-db/sm90.json"])]
+    pub tuning_db: Vec<PathBuf>,
+    /// The cache folder.
+    #[arg(long, default_value = "generated")]
+    pub out: PathBuf,
+    /// Parallel NVRTC compilations [default: one per core].
+    #[arg(short, long)]
+    pub jobs: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[arg(long, default_value = "sm90")]
+    pub arch: String,
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    #[arg(long = "head-dim")]
+    pub head_dim: u32,
+    /// V head dim [default: the Q/K head dim].
+    #[arg(long = "head-dim-v")]
+    pub head_dim_v: Option<u32>,
+    /// The longest query sequence of the batch (max_seqlen_q).
+    #[arg(long)]
+    pub seqlen: u32,
+    /// none, causal or local.
+    #[arg(long, default_value = "causal")]
+    pub mask: String,
+    /// none, or sinks, softcap, paged joined with +.
+    #[arg(long, default_value = "none")]
+    pub features: String,
+    /// The kernel cache.
+    #[arg(long, default_value = "generated")]
+    pub cache: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
+    let mut archs: Vec<Arch> = parse_list(&a.arch)?;
+    if archs.is_empty() {
+        archs = Arch::ALL.to_vec();
+    }
+    let features: Vec<Features> = if a.features.is_empty() || a.features.iter().any(|f| f == "all")
+    {
+        Features::ALL.to_vec()
+    } else {
+        parse_list(&a.features)?
+    };
+    let mut records: Vec<Record> = Vec::new();
+    let mut export_hashes = String::new();
+    for path in &a.tuning_db {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            CliError::Failed(format!(
+                "{}: {e}; export a tuning database with `fa4-gen db export`",
+                path.display()
+            ))
+        })?;
+        export_hashes.push_str(&format!("{:016x}", fnv1a64(text.as_bytes())));
+        records.extend(parse_export(path, &text)?);
+    }
+    let renderer = Renderer::embedded()?;
+    // Records of other template versions are stale: never shipped.
+    let stale = records
+        .iter()
+        .filter(|r| r.is_stale(|t| renderer.template_hash(t).to_string()))
+        .count();
+    records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+    let specs = cache::specs(&archs, &features);
+    let nvrtc = load_nvrtc(quiet)?;
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let started = std::time::Instant::now();
+    let hash = format!("{:016x}", fnv1a64(export_hashes.as_bytes()));
+    let manifest =
+        pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, &hash, &a.out))?;
+    if !quiet {
+        for (arch, entry) in &manifest.archs {
+            let tuned = entry.specs.values().filter(|s| !s.tuned.is_empty()).count();
+            println!(
+                "{arch}: {} specs, {tuned} tuned{}",
+                entry.specs.len(),
+                entry
+                    .tuned_on
+                    .as_ref()
+                    .map_or(" (untuned: heuristic defaults)".to_string(), |g| format!(
+                        " on {g}"
+                    ))
+            );
+        }
+        println!(
+            "{} kernels in {} ({:.0} s){}",
+            manifest.kernels.len(),
+            a.out.display(),
+            started.elapsed().as_secs_f64(),
+            if stale > 0 {
+                format!("; {stale} stale records (other template versions) left out")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
+    let usage = |e: fa4_spec::ParseError| CliError::Usage(e.to_string());
+    let arch: Arch = a.arch.parse().map_err(usage)?;
+    let dtype: Dtype = a.dtype.parse().map_err(usage)?;
+    let mask: MaskKind = a.mask.parse().map_err(usage)?;
+    let features: Features = a.features.parse().map_err(usage)?;
+    let cache = KernelCache::open(&a.cache)?;
+    let q = Query {
+        arch,
+        dtype,
+        head_dim: a.head_dim,
+        head_dim_v: a.head_dim_v.unwrap_or(a.head_dim),
+        mask,
+        features,
+        max_seqlen_q: a.seqlen,
+    };
+    let s = cache
+        .select(&q)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let gpu = cache.tuned_on(arch).unwrap_or("no GPU");
+    let why = match s.reason {
+        Reason::Tuned { bucket } if s.is_default => format!(
+            "tuned on {gpu}, bucket {bucket}: the heuristic default, no candidate beat it by 2%"
+        ),
+        Reason::Tuned { bucket } => format!("tuned on {gpu}, bucket {bucket}: the fastest candidate"),
+        Reason::NearestTuned { bucket, wanted } => format!(
+            "no record for bucket {wanted}: the choice tuned on {gpu} for the nearest bucket, {bucket}"
+        ),
+        Reason::Default => format!("{arch} is not tuned for this spec: the heuristic default"),
+    };
+    let k = s.kernel;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "kernel": s.id,
+                "config": k.config,
+                "footprint": k.footprint,
+                "registers": k.registers,
+                "cubin": a.cache.join(&k.cubin),
+                "is_default": s.is_default,
+                "why": why,
+            }))
+            .expect("serialises")
+        );
+        return Ok(());
+    }
+    println!("kernel    {}", s.id);
+    println!("config    {}", k.config.tag());
+    println!(
+        "launch    {} threads, {} rows per block{}, {} bytes of shared memory, {} registers",
+        k.footprint.threads,
+        k.footprint.block_m,
+        if k.footprint.pack_gqa {
+            " (pack-GQA)"
+        } else {
+            ""
+        },
+        k.footprint.smem_bytes,
+        k.registers
+    );
+    println!("cubin     {}", a.cache.join(&k.cubin).display());
+    println!("why       {why}");
+    Ok(())
+}

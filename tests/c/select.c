@@ -1,0 +1,32 @@
+/* A C caller of the fa4-gen runtime: open a cache, pick kernels, read errors.
+ * Usage: select <cache dir>. Prints one line per query; exit status 0 when every
+ * answer is what the header promises. */
+#include <stdio.h>
+#include <string.h>
+
+#include "fa4gen.h"
+
+int main(int argc, char** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s <cache dir>\n", argv[0]);
+        return 2;
+    }
+    fa4gen_cache* cache = NULL;
+    if (fa4gen_cache_open(argv[1], &cache) != FA4GEN_OK) {
+        fprintf(stderr, "open: %s\n", fa4gen_last_error());
+        return 1;
+    }
+    fa4gen_query q = {90, 0, 128, 128, 1, 0, 4096};
+    fa4gen_selection s;
+    if (fa4gen_select(cache, &q, &s) != FA4GEN_OK) {
+        fprintf(stderr, "select: %s\n", fa4gen_last_error());
+        return 1;
+    }
+    printf("d128 causal 4096: %s reason %u bucket %u threads %u smem %u\n", s.kernel_id, s.reason, s.bucket,
+           s.threads, s.smem_bytes);
+    q.head_dim = q.head_dim_v = 80;
+    int code = fa4gen_select(cache, &q, &s);
+    printf("d80: code %d: %s\n", code, fa4gen_last_error());
+    fa4gen_cache_close(cache);
+    return code == FA4GEN_ERR_UNSUPPORTED && s.threads > 0 && strlen(s.kernel_id) > 0 ? 0 : 1;
+}

@@ -1,0 +1,207 @@
+//! The shipped kernel cache: reproducible builds, and the committed cache agreeing with
+//! the committed tuning-db export and templates.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use fa4_gen::cache::{self, Manifest, MANIFEST_FILE};
+use fa4_gen::db::parse_export;
+use fa4_gen::render::Renderer;
+use fa4_gen::runtime::{KernelCache, Query, Reason};
+use fa4_gen::space::Template;
+use fa4_gen::spec::{Arch, Dtype, Features, KernelSpec, MaskKind};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn export() -> Vec<fa4_gen::db::Record> {
+    let path = repo().join("tuning-db/sm90.json");
+    parse_export(&path, &std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Building twice from the same export and templates gives the same bytes, and the
+/// dispatcher serves the tuned choices from it.
+#[test]
+fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
+    let nvrtc = crate::common::nvrtc();
+    let renderer = Renderer::embedded().unwrap();
+    let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+    let specs = [(Template::Portable, spec)];
+    let records = export();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let m1 = cache::build(&nvrtc, &renderer, &specs, &records, "h", a.path()).unwrap();
+    let m2 = cache::build(&nvrtc, &renderer, &specs, &records, "h", b.path()).unwrap();
+    assert_eq!(m1, m2);
+    let (fa, fb) = (files(a.path()), files(b.path()));
+    assert_eq!(fa.keys().collect::<Vec<_>>(), fb.keys().collect::<Vec<_>>());
+    assert!(fa == fb, "the two builds differ");
+    assert!(fa
+        .keys()
+        .any(|p| p.extension().is_some_and(|e| e == "cubin")));
+
+    // Every bucket of the spec was tuned: each query is served its bucket's choice.
+    let cache = KernelCache::open(a.path()).unwrap();
+    assert_eq!(cache.tuned_on(Arch::Sm90), Some("NVIDIA H200 (132 SMs)"));
+    let key = |b: u32| {
+        let r = records
+            .iter()
+            .find(|r| r.spec == spec && r.bucket.seqlen == b)
+            .unwrap();
+        r.choice().unwrap().config.clone()
+    };
+    for seqlen in [1u32, 300, 4096, 100_000] {
+        let q = Query {
+            arch: Arch::Sm90,
+            dtype: Dtype::Bf16,
+            head_dim: 64,
+            head_dim_v: 64,
+            mask: MaskKind::Causal,
+            features: Features::default(),
+            max_seqlen_q: seqlen,
+        };
+        let s = cache.select(&q).unwrap();
+        let bucket = fa4_gen::db::Bucket::of(seqlen).seqlen;
+        assert_eq!(s.reason, Reason::Tuned { bucket });
+        assert_eq!(s.kernel.config, key(bucket), "seqlen {seqlen}");
+        let cubin = std::fs::read(a.path().join(&s.kernel.cubin)).unwrap();
+        assert_eq!(
+            format!("{:016x}", fa4_gen::spec::fnv1a64(&cubin)),
+            s.kernel.cubin_hash
+        );
+    }
+}
+
+/// The committed `generated/manifest.json` is what `fa4-gen build-cache` makes from the
+/// committed `tuning-db/` export and the templates: the same kernels serve the same
+/// (spec, bucket) keys, and the committed sources are the current renders. (Cubins are
+/// not committed; their hashes are pinned in the manifest.)
+#[test]
+fn the_committed_cache_matches_the_tuning_db_and_templates() {
+    let dir = repo().join("generated");
+    let text = std::fs::read_to_string(dir.join(MANIFEST_FILE)).unwrap();
+    let committed: Manifest = serde_json::from_str(&text).unwrap();
+    let renderer = Renderer::embedded().unwrap();
+    let archs: Vec<Arch> = committed.archs.keys().copied().collect();
+    let specs = cache::specs(&archs, &Features::ALL);
+    let mut records = export();
+    records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+    let (tuned_on, wanted) = cache::plan(&specs, &records);
+    let expected = cache::arch_entries(&renderer, &tuned_on, &wanted);
+    assert!(
+        expected == committed.archs,
+        "generated/ is out of date: run `fa4-gen build-cache` and commit generated/"
+    );
+    let export_hash = format!(
+        "{:016x}",
+        fa4_gen::spec::fnv1a64(
+            format!(
+                "{:016x}",
+                fa4_gen::spec::fnv1a64(
+                    std::fs::read_to_string(repo().join("tuning-db/sm90.json"))
+                        .unwrap()
+                        .as_bytes()
+                )
+            )
+            .as_bytes()
+        )
+    );
+    assert_eq!(
+        committed.tuning_db_hash, export_hash,
+        "built from another export"
+    );
+    for (id, k) in &committed.kernels {
+        let fp = k.template.check(&k.spec, &k.config).unwrap();
+        let c = fa4_gen::space::Candidate {
+            template: k.template,
+            spec: k.spec,
+            config: k.config.clone(),
+        };
+        let rendered = renderer.render(&c, &fp).unwrap();
+        assert_eq!(&rendered.id.0, id);
+        let src =
+            std::fs::read_to_string(dir.join(format!("{}/src/{id}.cu", k.spec.arch))).unwrap();
+        assert!(
+            src == rendered.source,
+            "{id}: committed source differs from the template's render"
+        );
+    }
+}
+
+/// A C program built against `include/fa4gen.h` and the cdylib picks kernels from the
+/// committed cache and gets error codes with messages.
+#[test]
+fn a_c_caller_selects_through_the_header_and_library() {
+    if std::process::Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no C compiler (cc) on this machine");
+        return;
+    }
+    // `cargo test` builds the library as an rlib only: build the cdylib beside it.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--lib", "--quiet"])
+        .current_dir(repo())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lib_dir = repo().join("target/debug");
+    let out = tempfile::tempdir().unwrap();
+    let exe = out.path().join("select");
+    let cc = std::process::Command::new("cc")
+        .arg(repo().join("tests/c/select.c"))
+        .arg("-I")
+        .arg(repo().join("include"))
+        .arg("-L")
+        .arg(&lib_dir)
+        .args(["-lfa4_gen", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let run = std::process::Command::new(&exe)
+        .arg(repo().join("generated"))
+        .env("LD_LIBRARY_PATH", &lib_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        text.contains("d128 causal 4096: portable_sm90_bf16_d128_causal_"),
+        "{text}"
+    );
+    assert!(
+        text.contains("d80: code 3: head dim 80 (V 80) is not offered on sm90"),
+        "{text}"
+    );
+}
