@@ -205,3 +205,63 @@ fn a_c_caller_selects_through_the_header_and_library() {
         "{text}"
     );
 }
+
+/// Eight serving processes open the same cache at once, again and again, while the
+/// cache's manifest is replaced under them (as `build-cache` does, by atomic rename) and
+/// a tuning database is written: every one of them gets its answer.
+#[test]
+fn many_processes_read_the_cache_while_it_and_the_tuning_data_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let manifest = std::fs::read(repo().join("generated").join(MANIFEST_FILE)).unwrap();
+    std::fs::write(cache.join(MANIFEST_FILE), &manifest).unwrap();
+    let cache_arg = cache.to_str().unwrap().to_string();
+    let readers: Vec<std::process::Child> = (0..8)
+        .map(|i| {
+            let script = format!(
+                "for n in $(seq 1 6); do {bin} explain --head-dim {hd} --seqlen {sl} --cache {c} > /dev/null || exit 1; done",
+                bin = env!("CARGO_BIN_EXE_fa4-gen"),
+                hd = [64, 96, 128, 192, 256][i % 5],
+                sl = 256 << i,
+                c = cache_arg
+            );
+            std::process::Command::new("sh").args(["-c", &script]).spawn().unwrap()
+        })
+        .collect();
+    // The writers: the manifest replaced whole, over and over; a tuning db imported.
+    let tuner = std::process::Command::new(env!("CARGO_BIN_EXE_fa4-gen"))
+        .args([
+            "db",
+            "import",
+            repo().join("tuning-db/sm90.json").to_str().unwrap(),
+            "--db",
+        ])
+        .arg(dir.path().join("live.sled"))
+        .spawn()
+        .unwrap();
+    let mut readers = readers;
+    let mut rewrites = 0;
+    let mut statuses = Vec::new();
+    while !readers.is_empty() {
+        fa4_gen::fsutil::write_atomic(&cache.join(MANIFEST_FILE), &manifest).unwrap();
+        rewrites += 1;
+        readers.retain_mut(|r| match r.try_wait().unwrap() {
+            Some(status) => {
+                statuses.push(status);
+                false
+            }
+            None => true,
+        });
+    }
+    let mut tuner = tuner;
+    assert!(tuner.wait().unwrap().success());
+    assert!(
+        rewrites > 2,
+        "the manifest was rewritten while the readers ran"
+    );
+    assert!(
+        statuses.iter().all(|s| s.success()),
+        "a reader failed while the cache was rewritten"
+    );
+}
