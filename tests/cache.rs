@@ -265,3 +265,69 @@ fn many_processes_read_the_cache_while_it_and_the_tuning_data_are_written() {
         "a reader failed while the cache was rewritten"
     );
 }
+
+/// The Python module (ctypes over the C ABI) picks kernels and raises named errors.
+#[test]
+fn python_selects_through_the_c_abi() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args(["build", "--lib", "--quiet"])
+        .current_dir(repo())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let script = r#"
+import sys
+sys.path.insert(0, "python")
+import fa4gen
+with fa4gen.KernelCache("generated") as c:
+    s = c.select(head_dim=128, max_seqlen_q=4096, causal=True)
+    print(s["kernel"], s["reason"], s["bucket"], s["threads"])
+    w = c.select(head_dim=64, max_seqlen_q=300, window_size=(128, 0), sinks=True)
+    print(w["kernel"], w["reason"])
+    try:
+        c.select(head_dim=80, max_seqlen_q=10)
+    except fa4gen.Fa4genError as e:
+        print("error", e.code, e)
+try:
+    fa4gen.KernelCache("/nonexistent/cache")
+except fa4gen.Fa4genError as e:
+    print("error", e.code, e)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .current_dir(repo())
+        .env("FA4GEN_LIB", repo().join("target/debug/libfa4_gen.so"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("portable_sm90_bf16_d128_causal_") && text.contains(" tuned 4096 "),
+        "{text}"
+    );
+    assert!(
+        text.contains("portable_sm90_bf16_d64_local_sinks_") && text.contains(" default"),
+        "{text}"
+    );
+    assert!(
+        text.contains("error 3 head dim 80 (V 80) is not offered on sm90"),
+        "{text}"
+    );
+    assert!(
+        text.contains("error 2 /nonexistent/cache/manifest.json: no kernel cache here"),
+        "{text}"
+    );
+}
