@@ -208,6 +208,8 @@ pub trait Measurer {
 pub trait Progress {
     /// `planned` more (candidate, bucket) measurements are coming.
     fn planned(&self, _count: usize) {}
+    /// A candidate was checked against the reference: `passed` or not.
+    fn checked(&self, _kernel: &TuneKernel, _passed: bool) {}
     /// One measurement ended; `best` is the key's winner so far (config tag, ms).
     fn measured(
         &self,
@@ -311,6 +313,7 @@ pub fn tune_spec(
         if checked.is_err() {
             counts.check_failed += 1;
         }
+        progress.checked(kernel, checked.is_ok());
         for i in todo {
             if session.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok((counts, true));

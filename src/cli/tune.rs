@@ -374,6 +374,8 @@ impl Reporter for QuietReporter {}
 #[derive(Default)]
 struct Tally {
     compiled: usize,
+    checked: usize,
+    wrong: usize,
     timed: usize,
     failed: usize,
 }
@@ -387,6 +389,12 @@ struct Watcher {
 impl Progress for Watcher {
     fn planned(&self, count: usize) {
         self.bar.inc_length(count as u64);
+    }
+
+    fn checked(&self, _kernel: &TuneKernel, passed: bool) {
+        let mut c = self.counts.lock().expect("lock");
+        c.checked += 1;
+        c.wrong += usize::from(!passed);
     }
 
     fn measured(
@@ -403,8 +411,10 @@ impl Progress for Watcher {
         }
         self.bar.inc(1);
         self.bar.set_message(format!(
-            "compiled {} · timed {} · failed {} · {} s{}: best {}",
+            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · {} s{}: best {}",
             c.compiled,
+            c.checked,
+            c.wrong,
             c.timed,
             c.failed,
             key.spec.tag(),
