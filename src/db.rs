@@ -106,16 +106,21 @@ pub struct Record {
     pub candidates: Vec<Candidate>,
 }
 
+/// The store key of the record for `spec`, `bucket` and `device`.
+pub fn record_key(spec: &KernelSpec, bucket: Bucket, device: &Device) -> String {
+    format!(
+        "{}/s{:05}/{}-{}sm",
+        spec.tag(),
+        bucket.seqlen,
+        device.name.replace([' ', '/'], "_"),
+        device.sm_count
+    )
+}
+
 impl Record {
     /// The store key: spec, bucket, device. Sorting by it groups a spec's buckets.
     pub fn key(&self) -> String {
-        format!(
-            "{}/s{:05}/{}-{}sm",
-            self.spec.tag(),
-            self.bucket.seqlen,
-            self.device.name.replace([' ', '/'], "_"),
-            self.device.sm_count
-        )
+        record_key(&self.spec, self.bucket, &self.device)
     }
 
     /// The fastest measured candidate, if any was measured.

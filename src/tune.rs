@@ -273,19 +273,23 @@ pub fn tune_spec(
     let mut records: Vec<Record> = Vec::new();
     for key in keys {
         let hash = (session.template_hash)(key.template);
-        let fresh = Record {
-            template: key.template,
-            spec: key.spec,
-            bucket: key.bucket,
-            device: session.device.clone(),
-            template_hash: hash.clone(),
-            timing: timing_policy(),
-            date: crate::timestamp::utc_now(),
-            candidates: Vec::new(),
-        };
-        let record = match session.db.get(&fresh.key())? {
+        let stored = session.db.get(&crate::db::record_key(
+            &key.spec,
+            key.bucket,
+            &session.device,
+        ))?;
+        let record = match stored {
             Some(r) if r.template_hash == hash => r,
-            _ => fresh,
+            _ => Record {
+                template: key.template,
+                spec: key.spec,
+                bucket: key.bucket,
+                device: session.device.clone(),
+                template_hash: hash.clone(),
+                timing: timing_policy(),
+                date: crate::timestamp::utc_now(),
+                candidates: Vec::new(),
+            },
         };
         records.push(record);
     }
@@ -386,17 +390,7 @@ pub fn winners(
 ) -> Result<Vec<WinnerRow>, DbError> {
     let mut rows = Vec::new();
     for key in keys {
-        let probe = Record {
-            template: key.template,
-            spec: key.spec,
-            bucket: key.bucket,
-            device: device.clone(),
-            template_hash: String::new(),
-            timing: timing_policy(),
-            date: String::new(),
-            candidates: Vec::new(),
-        };
-        let Some(r) = db.get(&probe.key())? else {
+        let Some(r) = db.get(&crate::db::record_key(&key.spec, key.bucket, device))? else {
             continue;
         };
         if r.template_hash != template_hash(key.template) {
