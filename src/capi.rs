@@ -161,14 +161,11 @@ pub unsafe extern "C" fn fa4gen_cache_close(cache: *mut Fa4genCache) {
 }
 
 fn query(q: &Fa4genQuery) -> Result<Query, String> {
-    let arch = match q.arch {
-        80 => Arch::Sm80,
-        86 => Arch::Sm86,
-        89 => Arch::Sm89,
-        90 => Arch::Sm90,
-        100 => Arch::Sm100,
-        120 => Arch::Sm120,
-        a => return Err(format!("arch {a} is not one of 80, 86, 89, 90, 100, 120")),
+    let Some(arch) = Arch::from_compute_capability(q.arch / 10, q.arch % 10) else {
+        return Err(format!(
+            "arch {} is not one of 80, 86, 89, 90, 100, 120",
+            q.arch
+        ));
     };
     let dtype = match q.dtype {
         0 => Dtype::Bf16,

@@ -350,21 +350,16 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
     Ok(())
 }
 
-/// Opens the GPU for `arch`, or says how to go on without it.
+/// Opens the GPU for `arch` (the shared check), or says how to go on without it.
 fn open_gpu(device: usize, arch: Arch) -> Result<Gpu, CliError> {
-    let gpu = Gpu::open(device).map_err(|e| {
-        CliError::Failed(format!(
-            "no GPU to tune on ({e}); `--compile-only` renders, compiles and prunes the {arch} kernels without one"
-        ))
-    })?;
-    if gpu.info.arch != Some(arch) {
-        let (ma, mi) = gpu.info.compute_capability;
-        return Err(CliError::Usage(format!(
-            "--arch {arch} cannot be timed on the visible GPU, {} (compute capability {ma}.{mi}): tune its own arch here, or add --compile-only",
-            gpu.info.name
-        )));
-    }
-    Ok(gpu)
+    let hint =
+        format!("`--compile-only` renders, compiles and prunes the {arch} kernels without a GPU");
+    super::open_gpu(device, &[arch])
+        .map(|(gpu, _)| gpu)
+        .map_err(|e| match e {
+            CliError::Usage(m) => CliError::Usage(format!("{m}; {hint}")),
+            CliError::Failed(m) => CliError::Failed(format!("no GPU to tune on ({m}); {hint}")),
+        })
 }
 
 /// The compile thread reports nothing: the tune's bar shows its counts.
