@@ -87,6 +87,16 @@ pub enum CacheBuildError {
     Several { count: usize, all: String },
 }
 
+/// The hash a manifest records of the tuning-db exports it was built from (their
+/// texts, in the order given).
+pub fn export_hash<S: AsRef<str>>(texts: &[S]) -> String {
+    let each: String = texts
+        .iter()
+        .map(|t| format!("{:016x}", fnv1a64(t.as_ref().as_bytes())))
+        .collect();
+    format!("{:016x}", fnv1a64(each.as_bytes()))
+}
+
 /// Per arch the GPU its tuned choices come from, and every (candidate, tuned bucket or
 /// `None` for the default) the cache needs.
 pub type Plan = (
@@ -113,12 +123,11 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record]) -> Plan {
     archs.dedup();
     let mut tuned_on = BTreeMap::new();
     let mut wanted: Vec<(Candidate, Option<u32>)> = Vec::new();
+    let gpu_of = |r: &Record| format!("{} ({} SMs)", r.device.name, r.device.sm_count);
     for &arch in &archs {
         let mut by_gpu: BTreeMap<String, usize> = BTreeMap::new();
         for r in records.iter().filter(|r| r.spec.arch == arch) {
-            *by_gpu
-                .entry(format!("{} ({} SMs)", r.device.name, r.device.sm_count))
-                .or_default() += 1;
+            *by_gpu.entry(gpu_of(r)).or_default() += 1;
         }
         let gpu = by_gpu
             .iter()
@@ -129,10 +138,10 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record]) -> Plan {
         }
         if let Some(gpu) = &gpu {
             let served = |r: &Record| specs.iter().any(|(t, s)| *t == r.template && *s == r.spec);
-            for r in records.iter().filter(|r| r.spec.arch == arch && served(r)) {
-                if format!("{} ({} SMs)", r.device.name, r.device.sm_count) != *gpu {
-                    continue;
-                }
+            for r in records
+                .iter()
+                .filter(|r| r.spec.arch == arch && served(r) && gpu_of(r) == *gpu)
+            {
                 if let Some(choice) = r.choice() {
                     let c = Candidate {
                         template: r.template,

@@ -111,20 +111,8 @@ fn the_committed_cache_matches_the_tuning_db_and_templates() {
         expected == committed.archs,
         "generated/ is out of date: run `fa4-gen build-cache` and commit generated/"
     );
-    let export_hash = format!(
-        "{:016x}",
-        fa4_gen::spec::fnv1a64(
-            format!(
-                "{:016x}",
-                fa4_gen::spec::fnv1a64(
-                    std::fs::read_to_string(repo().join("tuning-db/sm90.json"))
-                        .unwrap()
-                        .as_bytes()
-                )
-            )
-            .as_bytes()
-        )
-    );
+    let export_hash =
+        cache::export_hash(&[std::fs::read_to_string(repo().join("tuning-db/sm90.json")).unwrap()]);
     assert_eq!(
         committed.tuning_db_hash, export_hash,
         "built from another export"

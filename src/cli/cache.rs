@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use fa4_spec::{fnv1a64, Arch, Dtype, Features, MaskKind};
+use fa4_spec::{Arch, Dtype, Features, MaskKind};
 
 use super::{load_nvrtc, parse_list, CliError, CliResult};
 use crate::cache;
@@ -71,7 +71,7 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
         parse_list(&a.features)?
     };
     let mut records: Vec<Record> = Vec::new();
-    let mut export_hashes = String::new();
+    let mut texts = Vec::new();
     for path in &a.tuning_db {
         let text = std::fs::read_to_string(path).map_err(|e| {
             CliError::Failed(format!(
@@ -79,8 +79,8 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
                 path.display()
             ))
         })?;
-        export_hashes.push_str(&format!("{:016x}", fnv1a64(text.as_bytes())));
         records.extend(parse_export(path, &text)?);
+        texts.push(text);
     }
     let renderer = Renderer::embedded()?;
     // Records of other template versions are stale: never shipped.
@@ -99,7 +99,7 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
         .build()
         .map_err(|e| CliError::Failed(e.to_string()))?;
     let started = std::time::Instant::now();
-    let hash = format!("{:016x}", fnv1a64(export_hashes.as_bytes()));
+    let hash = cache::export_hash(&texts);
     let manifest =
         pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, &hash, &a.out))?;
     if !quiet {
