@@ -1,16 +1,17 @@
-//! The C ABI over the dispatcher (`include/fa4gen.h`): an opaque cache handle,
-//! create/destroy, kernel selection, and error codes with a per-thread message. No
-//! panic crosses the boundary: each entry point catches it and returns
-//! `FA4GEN_ERR_INTERNAL`.
+//! The C ABI over the runtime (`include/fa4gen.h`): an opaque cache handle,
+//! create/destroy, kernel selection, prefill on the caller's stream, and error codes
+//! with a per-thread message. No panic crosses the boundary: each entry point catches
+//! it and returns `FA4GEN_ERR_INTERNAL`.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
-use fa4_spec::{Arch, Dtype, Features, MaskKind};
+use cudarc::driver::sys::CUstream;
+use fa4_spec::{Arch, Dtype, Features, FwdParams, MaskKind};
 
-use crate::runtime::{KernelCache, Query, Reason};
+use crate::runtime::{KernelCache, PrefillArgs, PrefillError, Query, Reason, Runtime};
 
 pub const FA4GEN_OK: i32 = 0;
 /// A null pointer, an unknown enum value, a path that is not UTF-8.
@@ -21,9 +22,25 @@ pub const FA4GEN_ERR_CACHE: i32 = 2;
 pub const FA4GEN_ERR_UNSUPPORTED: i32 = 3;
 /// A bug in fa4-gen: the message says where.
 pub const FA4GEN_ERR_INTERNAL: i32 = 4;
+/// No driver, no current context, another device's context, or a failed CUDA call.
+pub const FA4GEN_ERR_CUDA: i32 = 5;
 
-/// An open kernel cache (opaque to C).
-pub struct Fa4genCache(KernelCache);
+/// An open kernel cache and the kernels it has loaded (opaque to C).
+pub struct Fa4genCache(Runtime);
+
+/// One prefill call. Mirrors `fa4gen_prefill_args` in `fa4gen.h`; `params` is
+/// [`FwdParams`], byte for byte (`fa4gen_params`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Fa4genPrefillArgs {
+    /// 0 bf16, 1 fp16.
+    pub dtype: u32,
+    pub head_dim: u32,
+    pub head_dim_v: u32,
+    /// FlashAttention's `causal`.
+    pub causal: u32,
+    pub params: FwdParams,
+}
 
 /// The problem, as the dispatcher sees it. Mirrors `fa4gen_query` in `fa4gen.h`.
 #[repr(C)]
@@ -139,8 +156,9 @@ pub unsafe extern "C" fn fa4gen_cache_open(dir: *const c_char, out: *mut *mut Fa
         };
         match KernelCache::open(Path::new(dir)) {
             Ok(cache) => {
+                let handle = Box::new(Fa4genCache(Runtime::new(cache)));
                 // SAFETY: `out` is non-null and writable by the caller's contract.
-                unsafe { *out = Box::into_raw(Box::new(Fa4genCache(cache))) };
+                unsafe { *out = Box::into_raw(handle) };
                 FA4GEN_OK
             }
             Err(e) => fail(FA4GEN_ERR_CACHE, e.to_string()),
@@ -160,6 +178,14 @@ pub unsafe extern "C" fn fa4gen_cache_close(cache: *mut Fa4genCache) {
     }
 }
 
+fn dtype(d: u32) -> Result<Dtype, String> {
+    match d {
+        0 => Ok(Dtype::Bf16),
+        1 => Ok(Dtype::Fp16),
+        d => Err(format!("dtype {d} is not 0 (bf16) or 1 (fp16)")),
+    }
+}
+
 fn query(q: &Fa4genQuery) -> Result<Query, String> {
     let Some(arch) = Arch::from_compute_capability(q.arch / 10, q.arch % 10) else {
         return Err(format!(
@@ -167,11 +193,7 @@ fn query(q: &Fa4genQuery) -> Result<Query, String> {
             q.arch
         ));
     };
-    let dtype = match q.dtype {
-        0 => Dtype::Bf16,
-        1 => Dtype::Fp16,
-        d => return Err(format!("dtype {d} is not 0 (bf16) or 1 (fp16)")),
-    };
+    let dtype = dtype(q.dtype)?;
     let mask = match q.mask {
         0 => MaskKind::None,
         1 => MaskKind::Causal,
@@ -217,7 +239,7 @@ pub unsafe extern "C" fn fa4gen_select(
             );
         }
         // SAFETY: non-null and valid by the caller's contract.
-        let (cache, q) = unsafe { (&(*cache).0, &*q) };
+        let (cache, q) = unsafe { ((*cache).0.cache(), &*q) };
         let q = match query(q) {
             Ok(q) => q,
             Err(e) => return fail(FA4GEN_ERR_INVALID_ARGUMENT, format!("fa4gen_select: {e}")),
@@ -254,6 +276,99 @@ pub unsafe extern "C" fn fa4gen_select(
         // SAFETY: `out` is non-null and writable by the caller's contract.
         unsafe { *out = sel };
         FA4GEN_OK
+    })
+}
+
+fn prefill_code(e: &PrefillError) -> i32 {
+    match e {
+        PrefillError::Select(_) => FA4GEN_ERR_UNSUPPORTED,
+        PrefillError::Problem(_) => FA4GEN_ERR_INVALID_ARGUMENT,
+        PrefillError::Cubin { .. } => FA4GEN_ERR_CACHE,
+        PrefillError::NoDriver
+        | PrefillError::NoContext(_)
+        | PrefillError::OtherContext { .. }
+        | PrefillError::Device { .. }
+        | PrefillError::Driver { .. } => FA4GEN_ERR_CUDA,
+    }
+}
+
+/// The size of `fa4gen_params` this library was built with (240), for callers that
+/// mirror the struct (ctypes) to check their layout against.
+#[no_mangle]
+pub extern "C" fn fa4gen_params_size() -> u32 {
+    std::mem::size_of::<FwdParams>() as u32
+}
+
+/// Launches the kernel for `*args` on `stream` (a `CUstream`; null: the legacy default
+/// stream), asynchronously. On first use the handle binds to the CUDA context current on
+/// the calling thread; each kernel's cubin is checked and loaded on its first call.
+///
+/// # Safety
+/// `cache` is a live handle; `args` is null or valid for reads; its pointers are device
+/// memory of the bound device that outlives the kernel; `stream` belongs to the bound
+/// context.
+#[no_mangle]
+pub unsafe extern "C" fn fa4gen_prefill(
+    cache: *const Fa4genCache,
+    args: *const Fa4genPrefillArgs,
+    stream: *mut std::ffi::c_void,
+) -> i32 {
+    guarded(|| {
+        if cache.is_null() || args.is_null() {
+            return fail(
+                FA4GEN_ERR_INVALID_ARGUMENT,
+                "fa4gen_prefill: cache and args must not be null".into(),
+            );
+        }
+        // SAFETY: non-null and valid by the caller's contract; read unaligned, as a
+        // caller may pack the struct into any buffer (Python's struct module does).
+        let (runtime, a) = unsafe { (&(*cache).0, std::ptr::read_unaligned(args)) };
+        let dtype = match dtype(a.dtype) {
+            Ok(d) => d,
+            Err(e) => return fail(FA4GEN_ERR_INVALID_ARGUMENT, format!("fa4gen_prefill: {e}")),
+        };
+        let args = PrefillArgs {
+            dtype,
+            head_dim: a.head_dim,
+            head_dim_v: a.head_dim_v,
+            causal: a.causal != 0,
+            params: a.params,
+        };
+        // SAFETY: the pointers and the stream are the caller's, under this function's
+        // contract.
+        match unsafe { runtime.prefill(&args, stream as CUstream) } {
+            Ok(_) => FA4GEN_OK,
+            Err(e) => fail(prefill_code(&e), e.to_string()),
+        }
+    })
+}
+
+/// Loads every kernel of the bound device's arch now (binding to the current context
+/// if not bound yet), so that no later call pays for a cubin load. `*loaded` (if not
+/// null) receives how many kernels that was.
+///
+/// # Safety
+/// `cache` is a live handle; `loaded` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn fa4gen_preload(cache: *const Fa4genCache, loaded: *mut u32) -> i32 {
+    guarded(|| {
+        if cache.is_null() {
+            return fail(
+                FA4GEN_ERR_INVALID_ARGUMENT,
+                "fa4gen_preload: cache must not be null".into(),
+            );
+        }
+        // SAFETY: a live handle by the caller's contract.
+        match unsafe { &(*cache).0 }.preload() {
+            Ok(n) => {
+                if !loaded.is_null() {
+                    // SAFETY: non-null and writable by the caller's contract.
+                    unsafe { *loaded = n as u32 };
+                }
+                FA4GEN_OK
+            }
+            Err(e) => fail(prefill_code(&e), e.to_string()),
+        }
     })
 }
 

@@ -7,6 +7,8 @@
 //! with no tuned record serves its heuristic default (never an error). A problem no
 //! cached spec covers is an error naming what is unsupported.
 
+mod prefill;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +16,8 @@ use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind};
 
 use crate::cache::{KernelEntry, Manifest, MANIFEST_FILE, MANIFEST_FORMAT};
 use crate::db::Bucket;
+
+pub use prefill::{cubin_sm, mask_of, PrefillArgs, PrefillError, Runtime};
 
 /// What the dispatcher needs to know about a prefill call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +48,8 @@ pub enum Reason {
 #[derive(Debug, Clone, Copy)]
 pub struct Selected<'a> {
     pub id: &'a str,
+    /// The kernel's position in the cache (a stable index while the cache is open).
+    pub position: usize,
     pub kernel: &'a KernelEntry,
     pub reason: Reason,
     pub is_default: bool,
@@ -173,6 +179,11 @@ impl KernelCache {
         &self.manifest
     }
 
+    /// Every kernel of the cache, by position (see [`Selected::position`]).
+    pub fn kernels(&self) -> &[(String, KernelEntry)] {
+        &self.kernels
+    }
+
     /// The GPU an arch's tuned choices were measured on, if it was tuned.
     pub fn tuned_on(&self, arch: Arch) -> Option<&str> {
         self.manifest.archs.get(&arch)?.tuned_on.as_deref()
@@ -206,6 +217,7 @@ impl KernelCache {
         let (id, kernel) = &self.kernels[k];
         Ok(Selected {
             id,
+            position: k,
             kernel,
             reason,
             is_default: k == ix.default,

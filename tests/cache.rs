@@ -193,6 +193,12 @@ fn a_c_caller_selects_through_the_header_and_library() {
         text.contains("d128 causal 4096: portable_sm90_bf16_d128_causal_"),
         "{text}"
     );
+    assert!(text.contains("params layout: ok"), "{text}");
+    // No GPU here (or no context on a GPU host): refused with the reason.
+    assert!(
+        text.contains("prefill without a current context: code 5: no CUDA"),
+        "{text}"
+    );
     assert!(
         text.contains("d80: code 3: head dim 80 (V 80) is not offered on sm90"),
         "{text}"

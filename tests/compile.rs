@@ -70,6 +70,14 @@ fn defaults_compile_for_every_arch_and_head_dim() {
                 assert_eq!(k.footprint.threads, k.candidate.config.warps * 32);
                 let cubin = build.read_cubin(k).unwrap();
                 assert_eq!(&cubin[..4], b"\x7fELF", "{}: a cubin is an ELF image", k.id);
+                // The runtime's arch check reads the SM from the header NVRTC writes.
+                let (major, minor) = arch.compute_capability();
+                assert_eq!(
+                    fa4_gen::runtime::cubin_sm(&cubin),
+                    Some(major * 10 + minor),
+                    "{}",
+                    k.id
+                );
                 assert!(build.path(&k.source).is_file());
                 seen += 1;
             }

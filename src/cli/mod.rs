@@ -246,6 +246,15 @@ pub struct BenchArgs {
     /// Write the rows as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Measure the host's cost of a prefill call through the runtime instead (lookup +
+    /// launch per call, first call, preload), with the Python module's and FA4's per-call
+    /// overhead and first call beside it when python3 with torch (and flash_attn.cute)
+    /// is there.
+    #[arg(long)]
+    pub host: bool,
+    /// The kernel cache `--host` launches from.
+    #[arg(long, default_value = "generated")]
+    pub cache: PathBuf,
 }
 
 /// A failure of a command, with its exit status.
@@ -824,6 +833,84 @@ fn open_gpu(device: usize, requested: &[Arch]) -> Result<(Gpu, Arch), CliError> 
     Ok((gpu, arch))
 }
 
+/// `bench --host`: the runtime's host cost per call here, then the Python module's and
+/// FA4's from `python -m fa4gen.overhead` when python3 can run it.
+fn bench_host(a: &BenchArgs) -> CliResult {
+    let (gpu, arch) = open_gpu(a.device, &[])?;
+    let cost = crate::bench::host_cost(&gpu, &a.cache).map_err(CliError::Failed)?;
+    println!(
+        "host cost on {} ({arch}, driver CUDA {}): {}",
+        gpu.info.name, gpu.info.driver, cost.problem
+    );
+    println!("  kernel            {}", cost.kernel);
+    println!("  open cache        {:.2} ms", cost.open_ms);
+    println!(
+        "  first call        {:.2} ms (bind, read + check + load the cubin, launch)",
+        cost.first_call_ms
+    );
+    println!(
+        "  per call          {:.2} us median, {:.2} us p90 over {} calls (lookup, checks, cuLaunchKernel)",
+        cost.per_call_us, cost.per_call_p90_us, cost.calls
+    );
+    println!("  lookup alone      {:.0} ns", cost.select_ns);
+    println!(
+        "  preload           {:.1} ms for all {} {arch} kernels",
+        cost.preload_ms, cost.preloaded
+    );
+    drop(gpu);
+    let python = python_overhead(&a.cache);
+    match &python {
+        Ok(v) => println!("python (fa4gen, FA4, FA2 per call): {v}"),
+        Err(why) => println!("python overhead skipped: {why}"),
+    }
+    if let Some(path) = &a.json {
+        let doc = serde_json::json!({
+            "backend": "fa4-gen",
+            "runtime": cost,
+            "python": python.as_ref().ok(),
+            "python_skipped": python.as_ref().err(),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap() + "\n")
+            .map_err(|e| CliError::Failed(format!("{}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// Runs `python3 -m fa4gen.overhead --json` from the repository's `python/` folder.
+fn python_overhead(cache: &std::path::Path) -> Result<serde_json::Value, String> {
+    let python_dir = std::path::Path::new("python");
+    if !python_dir.join("fa4gen/overhead.py").is_file() {
+        return Err("no python/fa4gen here (run from the repository root)".into());
+    }
+    let lib = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join("libfa4_gen.so")))
+        .filter(|l| l.is_file());
+    let mut cmd = std::process::Command::new("python3");
+    cmd.args(["-m", "fa4gen.overhead", "--json", "--cache"])
+        .arg(cache)
+        .env("PYTHONPATH", {
+            let mut path = std::ffi::OsString::from(python_dir);
+            if let Some(rest) = std::env::var_os("PYTHONPATH") {
+                path.push(":");
+                path.push(rest);
+            }
+            path
+        });
+    if let Some(lib) = lib {
+        cmd.env("FA4GEN_LIB", lib);
+    }
+    let out = cmd.output().map_err(|e| format!("python3: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().last().unwrap_or("").to_string();
+        return Err(format!("python3 -m fa4gen.overhead failed: {last}"));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or("");
+    serde_json::from_str(line).map_err(|e| format!("fa4gen.overhead printed no JSON: {e}"))
+}
+
 /// The kernels of `specs` (defaults, or every config that passes the static checks)
 /// and the checking kernels, loaded from the build folder; whatever is missing there is
 /// compiled into it first (NVRTC is on the GPU hosts' loader path).
@@ -879,6 +966,9 @@ fn device_kernels(
 // ---- bench ---------------------------------------------------------------------------------
 
 fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
+    if a.host {
+        return bench_host(&a);
+    }
     let dtype: Dtype = a
         .dtype
         .parse()

@@ -19,6 +19,13 @@ pub enum ProblemError {
         value: i64,
         min: i64,
     },
+    #[error("{what} is {value}: a launch takes at most {max} ({hint})")]
+    TooLarge {
+        what: &'static str,
+        value: i64,
+        max: i64,
+        hint: &'static str,
+    },
     #[error("heads_q ({heads_q}) is not a multiple of heads_kv ({heads_kv}): GQA needs a whole number of query heads per KV head")]
     HeadRatio { heads_q: i32, heads_kv: i32 },
     #[error("{tensor} is a null pointer")]
@@ -73,6 +80,20 @@ pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
     at_least("seqlen_k", p.seqlen_k.into(), 0)?;
     at_least("heads_q", p.heads_q.into(), 1)?;
     at_least("heads_kv", p.heads_kv.into(), 1)?;
+    // The grid's y and z dimensions (heads, sequences) stop at 65535.
+    for (what, value, hint) in [
+        ("batch", p.batch, "split the batch"),
+        ("heads_q", p.heads_q, "split the heads"),
+    ] {
+        if value > 65535 {
+            return Err(ProblemError::TooLarge {
+                what,
+                value: value.into(),
+                max: 65535,
+                hint,
+            });
+        }
+    }
     if p.heads_q % p.heads_kv != 0 {
         return Err(ProblemError::HeadRatio {
             heads_q: p.heads_q,
@@ -382,6 +403,13 @@ mod tests {
                     ..good()
                 },
                 "k_row_stride = 16777224 elements is over 16777216",
+            ),
+            (
+                FwdParams {
+                    batch: 70000,
+                    ..good()
+                },
+                "batch is 70000: a launch takes at most 65535 (split the batch)",
             ),
         ];
         for (p, expected) in cases {

@@ -20,7 +20,7 @@ use cudarc::driver::{
 use fa4_spec::Arch;
 
 pub(crate) use launch::ParamsArg;
-pub use launch::{check_problem, check_problem_for, FwdKernel, ProblemError};
+pub use launch::{check_problem, check_problem_for, launch_grid, FwdKernel, ProblemError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {

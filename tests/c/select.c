@@ -1,6 +1,8 @@
-/* A C caller of the fa4-gen runtime: open a cache, pick kernels, read errors.
+/* A C caller of the fa4-gen runtime: open a cache, pick kernels, read errors, and (on a
+ * machine without a GPU) see a prefill refused with a message instead of a crash.
  * Usage: select <cache dir>. Prints one line per query; exit status 0 when every
  * answer is what the header promises. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,6 +29,22 @@ int main(int argc, char** argv) {
     q.head_dim = q.head_dim_v = 80;
     int code = fa4gen_select(cache, &q, &s);
     printf("d80: code %d: %s\n", code, fa4gen_last_error());
+
+    /* The params struct is the library's, byte for byte. */
+    int layout = sizeof(fa4gen_params) == fa4gen_params_size() && offsetof(fa4gen_params, sinks) == 176 &&
+                 offsetof(fa4gen_params, lse_batch_stride) == 216 && offsetof(fa4gen_params, page_size) == 236 &&
+                 offsetof(fa4gen_prefill_args, params) == 16;
+    printf("params layout: %s\n", layout ? "ok" : "MISMATCH");
+    fa4gen_prefill_args a;
+    memset(&a, 0, sizeof a);
+    a.head_dim = a.head_dim_v = 128;
+    a.causal = 1;
+    int launch = fa4gen_prefill(cache, &a, NULL);
+    printf("prefill without a current context: code %d: %s\n", launch, fa4gen_last_error());
+    int null_args = fa4gen_prefill(cache, NULL, NULL);
     fa4gen_cache_close(cache);
-    return code == FA4GEN_ERR_UNSUPPORTED && s.threads > 0 && strlen(s.kernel_id) > 0 ? 0 : 1;
+    return code == FA4GEN_ERR_UNSUPPORTED && s.threads > 0 && strlen(s.kernel_id) > 0 && layout &&
+                   launch == FA4GEN_ERR_CUDA && null_args == FA4GEN_ERR_INVALID_ARGUMENT
+               ? 0
+               : 1;
 }

@@ -1,0 +1,395 @@
+"""Checks fa4gen's FlashAttention calls on a GPU against PyTorch in f32.
+
+    python -m fa4gen.check [--cache generated] [--json FILE] [--head-dims 64,128]
+
+Every feature alone and combined, for head dims 64 to 256 and bf16/fp16, through the
+public calls (``flash_attn_varlen_func``, ``flash_attn_func``): dense, varlen with empty
+and ragged sequences, seqlen_q != seqlen_k (a cached prefix), GQA/MQA, causal, sliding
+windows, sinks, softcap, paged K/V (page sizes 1 to 256, lengths from seqused_k or
+cu_seqlens_k), strided Q/K/V, LSE, and the gpt-oss-20b and Llama-3-8B layers. Each output
+is poisoned (NaN) before the call, so a row the kernel skips fails.
+
+The reference is ``torch.nn.functional.scaled_dot_product_attention`` in f32 on the same
+inputs (GQA expanded, the mask as an additive bias, each sink as one extra key of logit
+``sink`` and value 0); softcap cannot be written as SDPA's bias, so softcap cases use the
+same computation spelled out in f32 (scores, tanh cap, mask, softmax, PV). A row with no
+visible key is 0 with LSE -inf (FlashAttention's convention); SDPA's NaN there is replaced.
+Then the error paths: bad arguments, unsupported problems, a changed or foreign cubin, a
+corrupt manifest, each a named error, and the device still works afterwards.
+
+Exit status 0 when every case passes.
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import fa4gen
+
+O_TOL = {torch.bfloat16: 4e-3, torch.float16: 1e-3}  # as `fa4-gen verify`
+LSE_TOL = 1e-3
+DEV = "cuda"
+
+
+def visible_mask(sq, sk, causal, window):
+    """[sq, sk] bool: keys each query sees, bottom-right aligned (FlashAttention's)."""
+    left, right = window
+    if causal:
+        right = 0
+    i = torch.arange(sq, device=DEV)[:, None]
+    j = torch.arange(sk, device=DEV)[None, :]
+    diag = i + sk - sq
+    vis = torch.ones(sq, sk, dtype=torch.bool, device=DEV)
+    if left >= 0:
+        vis &= j >= diag - left
+    if right >= 0:
+        vis &= j <= diag + right
+    return vis
+
+
+def reference_one(q, k, v, scale, causal, window, softcap, sinks):
+    """One sequence: q [sq, hq, d], k/v [sk, hkv, d]. Returns O [sq, hq, dv] f32 and
+    LSE [hq, sq] f32."""
+    sq, hq, _ = q.shape
+    sk, hkv, dv = v.shape
+    if sq == 0 or sk == 0:
+        lse = torch.full((hq, sq), -math.inf, device=DEV)
+        if sinks is not None:
+            lse = sinks.float()[:, None].expand(hq, sq).clone()
+        return torch.zeros(sq, hq, dv, device=DEV), lse
+    qf = q.float().transpose(0, 1)  # [hq, sq, d]
+    group = hq // hkv
+    kf = k.float().transpose(0, 1).repeat_interleave(group, 0)  # [hq, sk, d]
+    vf = v.float().transpose(0, 1).repeat_interleave(group, 0)
+    vis = visible_mask(sq, sk, causal, window)
+    scores = (qf @ kf.transpose(1, 2)) * scale
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
+    masked = scores.masked_fill(~vis, -math.inf)
+    if sinks is not None:
+        masked = torch.cat([masked, sinks.float()[:, None, None].expand(hq, sq, 1)], -1)
+    lse = torch.logsumexp(masked, -1)  # -inf where nothing is visible
+    if softcap:
+        p = torch.softmax(masked, -1).nan_to_num(0.0)
+        o = p[..., :sk] @ vf
+    else:
+        bias = torch.zeros(hq, sq, sk, device=DEV).masked_fill(~vis, -math.inf)
+        kx, vx = kf, vf
+        if sinks is not None:
+            bias = torch.cat([bias, sinks.float()[:, None, None].expand(hq, sq, 1)], -1)
+            kx = torch.cat([kf, torch.zeros(hq, 1, kf.shape[-1], device=DEV)], 1)
+            vx = torch.cat([vf, torch.zeros(hq, 1, dv, device=DEV)], 1)
+        with sdpa_kernel([SDPBackend.MATH]):
+            o = F.scaled_dot_product_attention(qf[None], kx[None], vx[None], attn_mask=bias[None], scale=scale)[0]
+        o = o.nan_to_num(0.0)
+    o = torch.where(torch.isinf(lse)[..., None], torch.zeros_like(o), o)
+    return o.transpose(0, 1), lse
+
+
+def rel_l2(out, ref):
+    out, ref = out.float(), ref.float()
+    if torch.isnan(out).any():
+        return math.nan
+    n = ref.norm().item()
+    return (out - ref).norm().item() / max(n, 1e-30)
+
+
+def lse_err(lse, ref):
+    fin = torch.isfinite(ref)
+    if not torch.equal(torch.isfinite(lse), fin) or torch.isnan(lse).any():
+        return math.nan
+    if not fin.any():
+        return 0.0
+    return (lse[fin] - ref[fin]).abs().max().item()
+
+
+def randn(*shape, dtype):
+    return torch.randn(*shape, device=DEV, dtype=torch.float32).to(dtype)
+
+
+def paged_cache(seqs, page_size, hkv, d, dv, dtype, gen_seed):
+    """Shuffled pages for each sequence's keys; unused table entries point at a spare
+    page. Returns k_cache, v_cache, block_table, and per sequence its dense K and V."""
+    g = torch.Generator(device="cpu").manual_seed(gen_seed)
+    pages = [(sk + page_size - 1) // page_size for _, sk in seqs]
+    total = sum(pages) + 2
+    order = torch.randperm(total, generator=g).tolist()
+    spare = order[-1]
+    width = max(pages + [0]) + 1
+    table = torch.full((len(seqs), width), spare, dtype=torch.int32)
+    it = iter(order)
+    for b, n in enumerate(pages):
+        for j in range(n):
+            table[b, j] = next(it)
+    kc = randn(total, page_size, hkv, d, dtype=dtype)
+    vc = randn(total, page_size, hkv, dv, dtype=dtype)
+    dense = []
+    for b, (_, sk) in enumerate(seqs):
+        ids = table[b, :pages[b]].long().to(DEV)
+        dense.append((kc[ids].reshape(-1, hkv, d)[:sk], vc[ids].reshape(-1, hkv, dv)[:sk]))
+    return kc, vc, table.to(DEV), dense
+
+
+def cu(lengths):
+    return torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device=DEV)
+
+
+def run_varlen(name, d, dtype, seqs, hq, hkv, causal=False, window=(-1, -1), softcap=0.0, sinks=False,
+               page_size=None, lengths_from="seqused_k", strided=False, dv=None, cache=None):
+    dv = dv or d
+    total_q = sum(s for s, _ in seqs)
+    total_k = sum(s for _, s in seqs)
+    if strided:
+        # Q, K, V as views into one packed [tokens, 3, heads, d] buffer: row stride 3*h*d.
+        qkv = randn(max(total_q, total_k), 3, hq, d, dtype=dtype)
+        q = qkv[:total_q, 0]
+        k = qkv[:total_k, 1, :hkv]
+        v = qkv[:total_k, 2, :hkv]
+    else:
+        q = randn(total_q, hq, d, dtype=dtype)
+        k = randn(total_k, hkv, d, dtype=dtype)
+        v = randn(total_k, hkv, dv, dtype=dtype)
+    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
+    cu_q, cu_k = cu([s for s, _ in seqs]), cu([s for _, s in seqs])
+    scale = 1.0 / math.sqrt(d)
+    kwargs = dict(causal=causal, window_size=window, softcap=softcap, sinks=sink_t, return_lse=True, cache=cache)
+    out = torch.full((total_q, hq, dv), float("nan"), dtype=dtype, device=DEV)
+    if page_size:
+        kc, vc, table, dense = paged_cache(seqs, page_size, hkv, d, dv, dtype, hash(name) & 0xffff)
+        used = torch.tensor([s for _, s in seqs], dtype=torch.int32, device=DEV)
+        extra = dict(seqused_k=used) if lengths_from == "seqused_k" else {}
+        o, lse = fa4gen.flash_attn_varlen_func(
+            q, kc, vc, cu_q, None if extra else cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
+            block_table=table, out=out, **extra, **kwargs)
+    else:
+        o, lse = fa4gen.flash_attn_varlen_func(
+            q, k, v, cu_q, cu_k, max(s for s, _ in seqs), max(s for _, s in seqs), out=out, **kwargs)
+        starts_k = cu_k.tolist()
+        dense = [(k[starts_k[b]:starts_k[b + 1]], v[starts_k[b]:starts_k[b + 1]]) for b in range(len(seqs))]
+    torch.cuda.synchronize()
+    refs, ref_lses = [], []
+    starts_q = cu_q.tolist()
+    for b in range(len(seqs)):
+        qb = q[starts_q[b]:starts_q[b + 1]]
+        ro, rl = reference_one(qb, dense[b][0], dense[b][1], scale, causal, window, softcap, sink_t)
+        refs.append(ro)
+        ref_lses.append(rl)
+    ref = torch.cat(refs, 0)
+    ref_lse = torch.cat(ref_lses, 1)
+    return verdict(name, d, dtype, o, ref, lse, ref_lse)
+
+
+def run_dense(name, d, dtype, batch, sq, sk, hq, hkv, causal=False, window=(-1, -1), softcap=0.0, sinks=False,
+              cache=None):
+    q = randn(batch, sq, hq, d, dtype=dtype)
+    k = randn(batch, sk, hkv, d, dtype=dtype)
+    v = randn(batch, sk, hkv, d, dtype=dtype)
+    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
+    out = torch.full((batch, sq, hq, d), float("nan"), dtype=dtype, device=DEV)
+    o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink_t,
+                                    return_lse=True, out=out, cache=cache)
+    torch.cuda.synchronize()
+    scale = 1.0 / math.sqrt(d)
+    refs = [reference_one(q[b], k[b], v[b], scale, causal, window, softcap, sink_t) for b in range(batch)]
+    ref = torch.stack([r[0] for r in refs])
+    ref_lse = torch.stack([r[1] for r in refs])
+    return verdict(name, d, dtype, o, ref, lse, ref_lse)
+
+
+def verdict(name, d, dtype, o, ref, lse, ref_lse):
+    e = rel_l2(o, ref)
+    le = lse_err(lse, ref_lse)
+    ok = (not math.isnan(e)) and e <= O_TOL[dtype] and (not math.isnan(le)) and le <= LSE_TOL
+    row = {"case": name, "head_dim": d, "dtype": str(dtype).replace("torch.", ""), "o_rel_l2": e,
+           "lse_max_abs": le, "pass": ok}
+    print("%-4s d%-3d %-9s %-44s O %.2e  LSE %.2e" % ("ok" if ok else "FAIL", d, row["dtype"], name, e, le),
+          flush=True)
+    return row
+
+
+RAGGED = [(0, 0), (1, 1), (77, 77), (513, 513), (300, 700), (0, 40), (129, 129)]
+PREFIX = [(200, 1000), (1, 513), (77, 77), (0, 16), (64, 2048)]
+
+
+def feature_cases(d, dtype, cache):
+    yield run_dense("dense b2 s300", d, dtype, 2, 300, 300, 8, 8, cache=cache)
+    yield run_dense("dense causal s200/k333 gqa4 sinks", d, dtype, 2, 200, 333, 8, 2, causal=True, sinks=True,
+                    cache=cache)
+    yield run_varlen("varlen ragged causal gqa4", d, dtype, RAGGED, 8, 2, causal=True, cache=cache)
+    yield run_varlen("varlen ragged", d, dtype, RAGGED, 8, 8, cache=cache)
+    yield run_varlen("varlen window(64,0)", d, dtype, RAGGED, 8, 8, causal=True, window=(64, 0), cache=cache)
+    yield run_varlen("varlen window(48,16)", d, dtype, RAGGED, 8, 4, window=(48, 16), cache=cache)
+    yield run_varlen("varlen sinks causal gqa8", d, dtype, RAGGED, 16, 2, causal=True, sinks=True, cache=cache)
+    yield run_varlen("varlen softcap causal", d, dtype, RAGGED, 8, 8, causal=True, softcap=2.0, cache=cache)
+    yield run_varlen("varlen softcap+sinks window(32,0)", d, dtype, RAGGED, 8, 2, causal=True, window=(32, 0),
+                     softcap=2.0, sinks=True, cache=cache)
+    yield run_varlen("paged16 prefix causal mqa", d, dtype, PREFIX, 8, 1, causal=True, page_size=16, cache=cache)
+    yield run_varlen("paged1 prefix sinks (cu_seqlens_k)", d, dtype, PREFIX, 8, 2, causal=True, sinks=True,
+                     page_size=1, lengths_from="cu_seqlens_k", cache=cache)
+    yield run_varlen("paged256 softcap window(100,0)", d, dtype, PREFIX, 8, 8, causal=True, window=(100, 0),
+                     softcap=2.0, page_size=256, cache=cache)
+    yield run_varlen("strided qkv causal", d, dtype, RAGGED, 8, 8, causal=True, strided=True, cache=cache)
+    yield run_varlen("gqa16 causal", d, dtype, PREFIX, 16, 1, causal=True, cache=cache)
+
+
+def layer_cases(cache):
+    bf = torch.bfloat16
+    yield run_varlen("gpt-oss-20b sliding layer (64/8, sinks, window 128)", 64, bf,
+                     [(2048, 2048), (1000, 1000), (77, 77)], 64, 8, causal=True, window=(128, 0), sinks=True,
+                     cache=cache)
+    yield run_varlen("gpt-oss-20b full layer (64/8, sinks)", 64, bf, [(2048, 2048), (1000, 1000)], 64, 8,
+                     causal=True, sinks=True, cache=cache)
+    yield run_varlen("llama-3-8b layer (32/8, causal)", 128, bf, [(2048, 2048), (513, 513), (0, 0)], 32, 8,
+                     causal=True, cache=cache)
+    yield run_varlen("llama-3-8b prefix over pages of 16", 128, bf, [(500, 1500), (1, 2047)], 32, 8, causal=True,
+                     page_size=16, cache=cache)
+
+
+def expect_error(name, fn, kind, words):
+    try:
+        fn()
+    except kind as e:
+        ok = all(w in str(e) for w in words)
+        print("%-4s error: %-40s %s" % ("ok" if ok else "FAIL", name, e), flush=True)
+        return {"case": "error: " + name, "message": str(e), "pass": ok}
+    except Exception as e:  # the wrong kind of error
+        print("FAIL error: %-40s %s: %s" % (name, type(e).__name__, e), flush=True)
+        return {"case": "error: " + name, "message": "%s: %s" % (type(e).__name__, e), "pass": False}
+    print("FAIL error: %-40s no error raised" % name, flush=True)
+    return {"case": "error: " + name, "message": "no error", "pass": False}
+
+
+def error_cases(cache_dir):
+    bf = torch.bfloat16
+    q = randn(64, 8, 128, dtype=bf)
+    k = randn(64, 8, 128, dtype=bf)
+    cu_ = cu([64])
+    E = fa4gen.Fa4genError
+    call = fa4gen.flash_attn_varlen_func
+    rows = [
+        expect_error("head dim 80", lambda: call(randn(64, 8, 80, dtype=bf), randn(64, 8, 80, dtype=bf),
+                                                 randn(64, 8, 80, dtype=bf), cu_, cu_, 64, 64), E,
+                     ["head dim 80", "offered head dims are"]),
+        expect_error("k head dim differs", lambda: call(q, randn(64, 8, 64, dtype=bf), k, cu_, cu_, 64, 64),
+                     ValueError, ["head dim is 128 and k's 64"]),
+        expect_error("heads 6 on 4 KV heads", lambda: call(randn(64, 6, 128, dtype=bf), randn(64, 4, 128, dtype=bf),
+                                                           randn(64, 4, 128, dtype=bf), cu_, cu_, 64, 64), E,
+                     ["heads_q (6) is not a multiple of heads_kv (4)"]),
+        expect_error("float32 inputs", lambda: call(q.float(), k.float(), k.float(), cu_, cu_, 64, 64), TypeError,
+                     ["torch.bfloat16 or torch.float16"]),
+        expect_error("CPU tensor", lambda: call(q, k.cpu(), k, cu_, cu_, 64, 64), ValueError, ["q's CUDA device"]),
+        expect_error("misaligned q", lambda: call(torch.empty(64 * 8 * 128 + 1, dtype=bf, device=DEV)[1:]
+                                                  .view(64, 8, 128), k, k, cu_, cu_, 64, 64), E,
+                     ["q at", "not 16-byte aligned"]),
+        expect_error("head stride not a multiple of 8",
+                     lambda: call(torch.empty(64, 8, 132, dtype=bf, device=DEV)[:, :, :128], k, k, cu_, cu_, 64, 64),
+                     E, ["q_head_stride = 132", "not a multiple of 8"]),
+        expect_error("int64 cu_seqlens", lambda: call(q, k, k, cu_.long(), cu_, 64, 64), ValueError,
+                     ["cu_seqlens_q must be a contiguous 1-D torch.int32"]),
+        expect_error("dropout", lambda: call(q, k, k, cu_, cu_, 64, 64, dropout_p=0.1), NotImplementedError,
+                     ["no dropout"]),
+        expect_error("negative softcap", lambda: call(q, k, k, cu_, cu_, 64, 64, softcap=-1.0), E,
+                     ["softcap -1 is not a finite positive number"]),
+    ]
+    # Broken caches: a copy of the manifest beside links to the real cubins.
+    import json as _json
+    src = cache_dir
+    manifest = _json.load(open(os.path.join(src, "manifest.json")))
+    sel = fa4gen.KernelCache(src).select(head_dim=128, max_seqlen_q=64, causal=True)
+    kid = sel["kernel"]
+    entry = manifest["kernels"][kid]
+
+    def broken(mutate):
+        tmp = tempfile.mkdtemp(prefix="fa4gen-broken-")
+        for arch in ("sm90",):
+            os.makedirs(os.path.join(tmp, arch), exist_ok=True)
+        m = _json.loads(_json.dumps(manifest))
+        cubin = open(os.path.join(src, entry["cubin"]), "rb").read()
+        cubin = mutate(m, cubin)
+        if cubin is not None:
+            open(os.path.join(tmp, entry["cubin"]), "wb").write(cubin)
+        _json.dump(m, open(os.path.join(tmp, "manifest.json"), "w"))
+        return tmp
+
+    def fnv(b):
+        h = 0xcbf29ce484222325
+        for x in b:
+            h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+        return "%016x" % h
+
+    def changed(m, cubin):
+        return cubin[:-1] + bytes([cubin[-1] ^ 1])
+
+    def foreign(m, cubin):
+        # The same code claiming sm_100 in its ELF header, with the manifest's hash
+        # updated to match: only the arch check stands between it and the driver.
+        b = bytearray(cubin)
+        flags = int.from_bytes(b[48:52], "little")
+        flags = (flags & ~0xff00) | (100 << 8)
+        b[48:52] = flags.to_bytes(4, "little")
+        m["kernels"][kid]["cubin_hash"] = fnv(bytes(b))
+        return bytes(b)
+
+    def missing(m, cubin):
+        return None
+
+    for what, mutate, words in [("cubin changed since the build", changed, ["does not match the manifest"]),
+                                ("cubin for another GPU", foreign, ["machine code for sm_100", "this device is sm_90"]),
+                                ("cubin missing", missing, ["fa4-gen build-cache"])]:
+        d = broken(mutate)
+        rows.append(expect_error(what, lambda: (call(q, k, k, cu_, cu_, 64, 64, causal=True, cache=d),
+                                                torch.cuda.synchronize()), E, words))
+        shutil.rmtree(d)
+    d = tempfile.mkdtemp(prefix="fa4gen-corrupt-")
+    open(os.path.join(d, "manifest.json"), "w").write("{ not json")
+    rows.append(expect_error("corrupt manifest", lambda: call(q, k, k, cu_, cu_, 64, 64, cache=d), E,
+                             ["cannot be read", "fa4-gen build-cache"]))
+    m = dict(manifest, format="fa4-gen kernel cache 0")
+    _json.dump(m, open(os.path.join(d, "manifest.json"), "w"))
+    rows.append(expect_error("cache from another version", lambda: call(q, k, k, cu_, cu_, 64, 64, cache=d), E,
+                             ["of format `fa4-gen kernel cache 0`"]))
+    shutil.rmtree(d)
+    # After all that, the device still computes correctly.
+    rows.append(run_varlen("after the errors: varlen causal", 128, bf, RAGGED, 8, 2, causal=True))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cache", default=None, help="kernel cache folder [FA4GEN_CACHE or generated]")
+    ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--head-dims", default="64,96,128,192,256")
+    args = ap.parse_args()
+    cache_dir = args.cache or fa4gen._default_cache_dir()
+    torch.manual_seed(0)
+    t0 = time.time()
+    rows = []
+    for d in [int(x) for x in args.head_dims.split(",")]:
+        for dtype in (torch.bfloat16, torch.float16):
+            rows += list(feature_cases(d, dtype, cache_dir))
+    rows += list(layer_cases(cache_dir))
+    rows += error_cases(cache_dir)
+    passed = sum(r["pass"] for r in rows)
+    numeric = [r for r in rows if "o_rel_l2" in r]
+    worst = {}
+    for r in numeric:
+        worst[r["dtype"]] = max(worst.get(r["dtype"], 0.0), r["o_rel_l2"])
+    summary = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "fa4gen": fa4gen.version(),
+               "passed": passed, "cases": len(rows), "worst_o_rel_l2": worst, "seconds": round(time.time() - t0, 1)}
+    print(json.dumps(summary))
+    if args.json:
+        json.dump({"summary": summary, "rows": rows}, open(args.json, "w"), indent=1)
+    sys.exit(0 if passed == len(rows) else 1)
+
+
+if __name__ == "__main__":
+    main()
