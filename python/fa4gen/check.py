@@ -6,7 +6,8 @@ Every feature alone and combined, for head dims 64 to 256 and bf16/fp16, through
 public calls (``flash_attn_varlen_func``, ``flash_attn_func``): dense, varlen with empty
 and ragged sequences, seqlen_q != seqlen_k (a cached prefix), GQA/MQA, causal, sliding
 windows, sinks, softcap, paged K/V (page sizes 1 to 256, lengths from seqused_k or
-cu_seqlens_k), strided Q/K/V, LSE, and the gpt-oss-20b and Llama-3-8B layers. Each output
+cu_seqlens_k), strided Q/K/V, LSE, the gpt-oss-20b and Llama-3-8B layers, a call
+captured in a CUDA graph and replayed on new inputs, and a call from another thread. Each output
 is poisoned (NaN) before the call, so a row the kernel skips fails.
 
 The reference is ``torch.nn.functional.scaled_dot_product_attention`` in f32 on the same
@@ -254,6 +255,62 @@ def layer_cases(cache):
                      page_size=16, cache=cache)
 
 
+def serving_cases(cache):
+    """The ways an engine calls: from a CUDA graph (captured on its stream, replayed on
+    new inputs) and from another thread (whose context is made current first)."""
+    import threading
+
+    bf = torch.bfloat16
+    seqs = [(300, 300), (77, 77), (0, 0), (513, 513)]
+    total = sum(s for s, _ in seqs)
+    cu_ = cu([s for s, _ in seqs])
+    q, k, v = (randn(total, 8, 128, dtype=bf) for _ in range(3))
+    call = lambda: fa4gen.flash_attn_varlen_func(q, k, v, cu_, cu_, 513, 513, causal=True, return_lse=True,
+                                                 cache=cache)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # warm-up: loads the kernel before capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = call()
+    for t in (q, k, v):
+        t.copy_(randn(*t.shape, dtype=bf))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref, ref_lse = reference_varlen(q, k, v, seqs, True, (-1, -1), 0.0, None)
+    rows = [verdict("cuda graph capture + replay on new inputs", 128, bf, o, ref, lse, ref_lse)]
+
+    result = {}
+
+    def worker():
+        try:
+            result["out"] = call()
+            torch.cuda.synchronize()
+        except Exception as e:
+            result["error"] = e
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    if "error" in result:
+        print("FAIL another thread: %s" % result["error"], flush=True)
+        rows.append({"case": "another thread", "message": str(result["error"]), "pass": False})
+    else:
+        rows.append(verdict("from another thread", 128, bf, result["out"][0], ref, result["out"][1], ref_lse))
+    return rows
+
+
+def reference_varlen(q, k, v, seqs, causal, window, softcap, sinks):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    sq = cu([s for s, _ in seqs]).tolist()
+    sk = cu([s for _, s in seqs]).tolist()
+    refs = [reference_one(q[sq[b]:sq[b + 1]], k[sk[b]:sk[b + 1]], v[sk[b]:sk[b + 1]], scale, causal, window,
+                          softcap, sinks) for b in range(len(seqs))]
+    return torch.cat([r[0] for r in refs], 0), torch.cat([r[1] for r in refs], 1)
+
+
 def expect_error(name, fn, kind, words):
     try:
         fn()
@@ -377,6 +434,7 @@ def main():
         for dtype in (torch.bfloat16, torch.float16):
             rows += list(feature_cases(d, dtype, cache_dir))
     rows += list(layer_cases(cache_dir))
+    rows += serving_cases(cache_dir)
     rows += error_cases(cache_dir)
     passed = sum(r["pass"] for r in rows)
     numeric = [r for r in rows if "o_rel_l2" in r]
