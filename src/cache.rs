@@ -104,14 +104,17 @@ pub type Plan = (
     Vec<(Candidate, Option<u32>)>,
 );
 
-/// What the cache serves: every head dim, dtype and mask, with these feature sets.
+/// What the cache serves: every head dim, dtype and mask, with these feature sets, each
+/// from the one template that serves it ([`Template::serves`]).
 pub fn specs(archs: &[Arch], features: &[Features]) -> Vec<(Template, KernelSpec)> {
-    space::Selection {
+    let mut specs = space::Selection {
         features: features.to_vec(),
         ..space::Selection::all(archs.to_vec())
     }
     .specs()
-    .expect("every arch has a template and the head dims it offers")
+    .expect("every arch has a template and the head dims it offers");
+    specs.retain(|(t, spec)| t.serves(spec));
+    specs
 }
 
 /// The kernels the cache needs for `specs`: every spec's default (bucket `None`), plus

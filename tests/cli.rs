@@ -30,8 +30,13 @@ fn list_json_is_the_whole_space() {
     );
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    // Causal and local specs add 12 warp-skipping candidates to the 72 every spec has.
-    assert_eq!(rows.len(), 2 * 72 + 4 * 84, "6 specs (dtype x mask)");
+    // Portable: causal and local specs add 12 warp-skipping candidates to the 72 every
+    // spec has; Hopper: 20 candidates per spec.
+    assert_eq!(
+        rows.len(),
+        2 * 72 + 4 * 84 + 6 * 20,
+        "6 specs (dtype x mask) per template"
+    );
     assert_eq!(
         rows.iter()
             .filter(|r| r["config"]["switches"]["warpskip"] == 1)
@@ -40,7 +45,11 @@ fn list_json_is_the_whole_space() {
         0,
         "without a mask there is nothing to skip"
     );
-    assert_eq!(rows.iter().filter(|r| r["is_default"] == true).count(), 6);
+    assert_eq!(
+        rows.iter().filter(|r| r["is_default"] == true).count(),
+        12,
+        "one default per (template, spec)"
+    );
     let pruned: Vec<_> = rows
         .iter()
         .filter(|r| r["verdict"].get("rejected").is_some())

@@ -255,6 +255,9 @@ pub struct BenchArgs {
     /// The kernel cache `--host` launches from.
     #[arg(long, default_value = "generated")]
     pub cache: PathBuf,
+    /// Templates to time [default: every template that supports the GPU's arch].
+    #[arg(long, value_delimiter = ',')]
+    pub template: Vec<String>,
 }
 
 /// A failure of a command, with its exit status.
@@ -1018,6 +1021,11 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             })
             .collect()
     };
+    let templates: Vec<Template> = if a.template.is_empty() {
+        Template::ALL.to_vec()
+    } else {
+        parse_list(&a.template)?
+    };
     let wanted = |arch: Arch| -> Vec<(Template, KernelSpec)> {
         let mut specs: Vec<(Template, KernelSpec)> = cells
             .iter()
@@ -1028,8 +1036,9 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 })
             })
             .flat_map(|spec| {
-                Template::ALL
-                    .into_iter()
+                templates
+                    .iter()
+                    .copied()
                     .filter(move |t| t.supports(&spec))
                     .map(move |t| (t, spec))
             })
@@ -1121,21 +1130,26 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 ..cell.case()
             };
             let problem = crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
-            // "fa4-gen" is the plain default; "+local", "+sinks", ... name the variants so
-            // compare.py can set each against it, and ":config" the non-default configs.
-            let mut base = "fa4-gen".to_string();
+            // "fa4-gen" is the plain default ("fa4-gen-hopper" the Hopper template's);
+            // "+local", "+sinks", ... name the variants so compare.py can set each against
+            // it, and ":config" the non-default configs.
+            let mut variant = String::new();
             if cell.mask == MaskKind::Local {
-                base.push_str("+local");
+                variant.push_str("+local");
             }
             if feature_set != Features::default() {
-                base.push('+');
-                base.push_str(&feature_set.name());
+                variant.push('+');
+                variant.push_str(&feature_set.name());
             }
             if cell.varlen && cell.layer.is_none() {
-                base.push_str("+varlen");
+                variant.push_str("+varlen");
             }
             let mut best: Option<crate::bench::Row> = None;
             for (built, cubin) in cell_kernels {
+                let base = match built.candidate.template {
+                    Template::Portable => format!("fa4-gen{variant}"),
+                    t => format!("fa4-gen-{t}{variant}"),
+                };
                 let kernel = FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
                 let times = crate::bench::time_kernel(
                     &gpu,
@@ -1200,7 +1214,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                         b.config,
                         b.tflops
                     );
-                    b.backend = format!("{base}-best");
+                    b.backend = format!("fa4-gen{variant}-best");
                     rows.push(b);
                 }
             }
