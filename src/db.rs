@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use fa4_spec::{KernelSpec, TileConfig};
 use serde::{Deserialize, Serialize};
 
+use crate::space::Template;
+
 /// How much faster than the heuristic default a candidate must measure to be served
 /// instead of it ([`Record::choice`]).
 pub const MIN_GAIN: f64 = 1.02;
@@ -106,8 +108,21 @@ pub struct Record {
     pub candidates: Vec<Candidate>,
 }
 
-/// The store key of the record for `spec`, `bucket` and `device`.
-pub fn record_key(spec: &KernelSpec, bucket: Bucket, device: &Device) -> String {
+/// The store key of the record for `template`, `spec`, `bucket` and `device`. Each
+/// template's candidates are measured in their own record: the template is part of the
+/// key, so tuning one template never replaces another's results.
+pub fn record_key(
+    template: Template,
+    spec: &KernelSpec,
+    bucket: Bucket,
+    device: &Device,
+) -> String {
+    format!("{}/{}", template.name(), legacy_key(spec, bucket, device))
+}
+
+/// The key before templates were part of it (stores and exports written then hold it;
+/// they were all the portable template's).
+fn legacy_key(spec: &KernelSpec, bucket: Bucket, device: &Device) -> String {
     format!(
         "{}/s{:05}/{}-{}sm",
         spec.tag(),
@@ -118,9 +133,14 @@ pub fn record_key(spec: &KernelSpec, bucket: Bucket, device: &Device) -> String 
 }
 
 impl Record {
-    /// The store key: spec, bucket, device. Sorting by it groups a spec's buckets.
+    /// The store key: template, spec, bucket, device. Sorting by it groups a spec's
+    /// buckets.
     pub fn key(&self) -> String {
-        record_key(&self.spec, self.bucket, &self.device)
+        record_key(self.template, &self.spec, self.bucket, &self.device)
+    }
+
+    fn legacy_key(&self) -> String {
+        legacy_key(&self.spec, self.bucket, &self.device)
     }
 
     /// The fastest measured candidate, if any was measured.
@@ -249,10 +269,47 @@ impl TuningDb {
                 })
             }
         }
-        Ok(TuningDb {
+        let db = TuningDb {
             path: path.into(),
             tree,
-        })
+        };
+        db.rekey_legacy()?;
+        Ok(db)
+    }
+
+    /// Moves records stored under the key scheme without the template to their key now
+    /// (written first and flushed, then the old key removed: a crash in between leaves
+    /// a duplicate that the next open removes, never a loss).
+    fn rekey_legacy(&self) -> Result<(), DbError> {
+        let io = |e: sled::Error| DbError::Io {
+            path: self.path.clone(),
+            why: e.to_string(),
+        };
+        let mut moved = Vec::new();
+        for item in self.tree.iter() {
+            let (k, v) = item.map_err(io)?;
+            if k.as_ref() == FORMAT_KEY {
+                continue;
+            }
+            let key = String::from_utf8_lossy(&k).into_owned();
+            let record = self.decode(&key, &v)?;
+            if key != record.key() && key == record.legacy_key() {
+                moved.push((key, record));
+            }
+        }
+        for (old, record) in moved {
+            if self
+                .tree
+                .get(record.key().as_bytes())
+                .map_err(io)?
+                .is_none()
+            {
+                self.put(&record)?;
+            }
+            self.tree.remove(old.as_bytes()).map_err(io)?;
+        }
+        self.tree.flush().map_err(io)?;
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -381,7 +438,7 @@ pub fn parse_export(path: &Path, text: &str) -> Result<Vec<Record>, DbError> {
         )));
     }
     for (key, record) in &export.records {
-        if *key != record.key() {
+        if *key != record.key() && *key != record.legacy_key() {
             return Err(bad(format!(
                 "record under `{key}` belongs under `{}`",
                 record.key()
@@ -475,6 +532,54 @@ mod tests {
         assert_eq!(r.winner().unwrap().0.kernel, "k2");
         let failed = record(&[None, None], 4096, "H200");
         assert!(failed.winner().is_none(), "a failed candidate never wins");
+    }
+
+    #[test]
+    fn each_template_keeps_its_own_record_of_a_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let portable = record(&[Some(2.0), Some(1.0)], 4096, "H200");
+        let hopper = Record {
+            template: Template::Hopper,
+            ..record(&[Some(1.5)], 4096, "H200")
+        };
+        db.put(&portable).unwrap();
+        db.put(&hopper).unwrap();
+        assert_ne!(portable.key(), hopper.key());
+        assert_eq!(db.records().unwrap().len(), 2, "neither replaced the other");
+        let back = db.get(&portable.key()).unwrap().unwrap();
+        assert_eq!(back.winner().unwrap().1, 1.0);
+        assert_eq!(
+            db.get(&hopper.key()).unwrap().unwrap().template,
+            Template::Hopper
+        );
+    }
+
+    #[test]
+    fn stores_and_exports_keyed_without_the_template_are_read_and_rekeyed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let r = record(&[Some(2.0), Some(1.0)], 4096, "H200");
+        let legacy = r.legacy_key();
+        {
+            // A store written before templates joined the key.
+            let db = TuningDb::open(&path).unwrap();
+            db.tree
+                .insert(legacy.as_bytes(), serde_json::to_vec(&r).unwrap())
+                .unwrap();
+            db.tree.flush().unwrap();
+        }
+        let db = TuningDb::open(&path).unwrap();
+        assert!(db.get(&legacy).unwrap().is_none(), "the old key is gone");
+        assert_eq!(db.get(&r.key()).unwrap().unwrap().winner().unwrap().1, 1.0);
+        assert_eq!(db.records().unwrap().len(), 1, "moved, not copied");
+        drop(db);
+        // An export written then: read, and written back under the new keys.
+        let old_export = export_json(std::slice::from_ref(&r)).replace(&r.key(), &legacy);
+        assert!(old_export.contains(&format!("\"{legacy}\"")));
+        let back = parse_export(Path::new("old.json"), &old_export).unwrap();
+        assert_eq!(back.len(), 1);
+        assert!(export_json(&back).contains(&format!("\"{}\"", r.key())));
     }
 
     #[test]

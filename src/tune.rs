@@ -274,6 +274,7 @@ pub fn tune_spec(
     for key in keys {
         let hash = (session.template_hash)(key.template);
         let stored = session.db.get(&crate::db::record_key(
+            key.template,
             &key.spec,
             key.bucket,
             &session.device,
@@ -390,7 +391,13 @@ pub fn winners(
 ) -> Result<Vec<WinnerRow>, DbError> {
     let mut rows = Vec::new();
     for key in keys {
-        let Some(r) = db.get(&crate::db::record_key(&key.spec, key.bucket, device))? else {
+        let Some(r) = db.get(&crate::db::record_key(
+            key.template,
+            &key.spec,
+            key.bucket,
+            device,
+        ))?
+        else {
             continue;
         };
         if r.template_hash != template_hash(key.template) {
