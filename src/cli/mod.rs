@@ -1061,8 +1061,9 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     let specs = wanted(arch);
     let dir = BuildDir::new(&a.build_dir);
     let configs = a.configs.choice();
-    // The tuned winner per (spec, bucket) measured on this GPU with these templates.
-    let tuned: BTreeMap<(KernelSpec, u32), fa4_spec::TileConfig> = match &a.db {
+    // The tuned winner per (template, spec, bucket) measured on this GPU with these
+    // templates.
+    let tuned: BTreeMap<(Template, KernelSpec, u32), fa4_spec::TileConfig> = match &a.db {
         None => BTreeMap::new(),
         Some(path) => {
             let renderer = Renderer::embedded()?;
@@ -1073,21 +1074,20 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     r.device.name == gpu.info.name && r.device.sm_count == gpu.info.sm_count
                 })
                 .filter(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()))
-                .filter_map(|r| Some(((r.spec, r.bucket.seqlen), r.choice()?.config.clone())))
+                .filter(|r| templates.contains(&r.template))
+                .filter_map(|r| {
+                    let choice = r.choice()?.config.clone();
+                    Some(((r.template, r.spec, r.bucket.seqlen), choice))
+                })
                 .collect()
         }
     };
     let extra: Vec<Candidate> = tuned
         .iter()
-        .flat_map(|((spec, _), config)| {
-            Template::ALL
-                .into_iter()
-                .filter(|t| t.supports(spec))
-                .map(|template| Candidate {
-                    template,
-                    spec: *spec,
-                    config: config.clone(),
-                })
+        .map(|((template, spec, _), config)| Candidate {
+            template: *template,
+            spec: *spec,
+            config: config.clone(),
         })
         .collect();
     let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &extra, &dir, quiet)?;
@@ -1110,7 +1110,8 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         for feature_set in features {
             let bucket = crate::db::Bucket::of(cell.seqlen.max(1) as u32).seqlen;
             let winner = |k: &BuiltKernel| {
-                tuned.get(&(k.candidate.spec, bucket)) == Some(&k.candidate.config)
+                tuned.get(&(k.candidate.template, k.candidate.spec, bucket))
+                    == Some(&k.candidate.config)
             };
             let mut cell_kernels: Vec<&ReadyKernel> = kernels
                 .iter()
@@ -1194,7 +1195,8 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 if best.as_ref().is_none_or(|b| row.ms < b.ms) {
                     best = Some(row.clone());
                 }
-                let untuned = !tuned.contains_key(&(built.candidate.spec, bucket));
+                let untuned =
+                    !tuned.contains_key(&(built.candidate.template, built.candidate.spec, bucket));
                 if winner(built) || (a.db.is_some() && built.is_default && untuned) {
                     rows.push(crate::bench::Row {
                         backend: format!("{base}-tuned"),
