@@ -154,6 +154,16 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
         (..=128, true, false) => &[(2, 128, 2)],
         _ => &[(2, 64, 2)],
     };
+    // d64 over pages: two warpgroups over 64 keys with the pack-GQA row mapping ran 1.14
+    // to 1.22x the portable kernel (and 1.33x the same tile without it, a difference not
+    // yet explained: `bench/results/2026-11-30-h200-da26ca6-hopper-bench-d64-paged.json`).
+    if spec.head_dim <= 64 && spec.features.paged_kv {
+        let mut c = config(2, 64, 2);
+        c.switches.insert(PACK_GQA.to_string(), 1);
+        if check(spec, &c).is_ok() {
+            return c;
+        }
+    }
     measured
         .iter()
         .chain(&[(1, 64, 1), (1, 64, 2)])
