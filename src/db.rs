@@ -292,6 +292,13 @@ impl TuningDb {
                 continue;
             }
             let key = String::from_utf8_lossy(&k).into_owned();
+            // Keys of the current scheme start with their template: nothing to decode.
+            if Template::ALL
+                .iter()
+                .any(|t| key.starts_with(&format!("{}/", t.name())))
+            {
+                continue;
+            }
             let record = self.decode(&key, &v)?;
             if key != record.key() && key == record.legacy_key() {
                 moved.push((key, record));

@@ -40,11 +40,15 @@ pub enum GpuError {
 pub(crate) fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
     move |e| GpuError::Driver {
         call,
-        message: e
-            .error_string()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|_| format!("{e:?}")),
+        message: driver_message(&e),
     }
+}
+
+/// The driver's own words for an error, or its code when it has none.
+pub(crate) fn driver_message(e: &DriverError) -> String {
+    e.error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{e:?}"))
 }
 
 /// What the device is.

@@ -19,7 +19,7 @@ use cudarc::driver::sys::{
 use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
 
 use super::{KernelCache, Query, Reason, SelectError};
-use crate::gpu::{check_problem_for, launch_grid, ProblemError};
+use crate::gpu::{check_problem_for, driver_message, launch_grid, ProblemError};
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
 #[derive(Debug, Clone, Copy)]
@@ -167,19 +167,10 @@ pub struct Runtime {
 }
 
 fn cuda(call: &'static str, r: CUresult) -> Result<(), PrefillError> {
-    if r == CUresult::CUDA_SUCCESS {
-        return Ok(());
-    }
-    let mut s: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: valid out-pointer; the driver returns a static string or leaves it null.
-    let named = unsafe { sys::cuGetErrorString(r, &mut s) } == CUresult::CUDA_SUCCESS;
-    let message = if named && !s.is_null() {
-        // SAFETY: a NUL-terminated static string from the driver.
-        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
-    } else {
-        format!("{r:?}")
-    };
-    Err(PrefillError::Driver { call, message })
+    r.result().map_err(|e| PrefillError::Driver {
+        call,
+        message: driver_message(&e),
+    })
 }
 
 /// The context current on this thread.
