@@ -177,6 +177,7 @@ fn spilling_configs_are_rejected_with_the_reason() {
             smem_bytes: (128 * 128 * 3) * 2 + 16,
             est_registers: 250,
             pack_gqa: false,
+            tma_rows: 0,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();

@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaModule, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    CudaFunction, CudaModule, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
+};
 use fa4_spec::{FwdParams, KernelSpec};
 
-use super::{driver, Gpu, GpuError};
+use super::{driver, Gpu, GpuError, TmaFwdParams};
 use crate::render::KERNEL_ENTRY;
 use crate::space::Footprint;
 
@@ -254,6 +256,12 @@ pub(crate) struct ParamsArg(pub(crate) FwdParams);
 // device-side struct (both sides assert its size; a test checks its offsets).
 unsafe impl DeviceRepr for ParamsArg {}
 
+#[allow(dead_code)] // read by the driver, as raw bytes
+struct TmaParamsArg(TmaFwdParams);
+// SAFETY: #[repr(C)] plain old data laid out as the device-side TmaFwdParams (sizes and
+// the maps' offset asserted on both sides).
+unsafe impl DeviceRepr for TmaParamsArg {}
+
 /// A forward kernel loaded on a device.
 pub struct FwdKernel {
     func: CudaFunction,
@@ -290,15 +298,28 @@ impl FwdKernel {
             block_dim: (self.footprint.threads, 1, 1),
             shared_mem_bytes: self.footprint.smem_bytes,
         };
-        let arg = ParamsArg(*params);
-        // SAFETY: the kernel takes one FwdParams by value; check_problem vetted its
-        // pointers and strides, and the buffers outlive the launch (the caller
-        // synchronises before freeing them).
-        unsafe {
-            gpu.stream()
-                .launch_builder(&self.func)
-                .arg(&arg)
-                .launch(cfg)
+        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value;
+        // check_problem vetted its pointers and strides, and the buffers outlive the
+        // launch (the caller synchronises before freeing them).
+        if self.footprint.tma_rows > 0 {
+            let arg = TmaParamsArg(
+                TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows)
+                    .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?,
+            );
+            unsafe {
+                gpu.stream()
+                    .launch_builder(&self.func)
+                    .arg(&arg)
+                    .launch(cfg)
+            }
+        } else {
+            let arg = ParamsArg(*params);
+            unsafe {
+                gpu.stream()
+                    .launch_builder(&self.func)
+                    .arg(&arg)
+                    .launch(cfg)
+            }
         }
         .map(|_| ())
         .map_err(driver("cuLaunchKernel"))
@@ -593,6 +614,7 @@ mod tests {
             smem_bytes: 0,
             est_registers: 0,
             pack_gqa: false,
+            tma_rows: 0,
         };
         // 100 queries, 8 query heads on 2 KV heads, 2 sequences.
         assert_eq!(launch_grid(&fp, &good()), Some((1, 8, 2)));

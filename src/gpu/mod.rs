@@ -9,6 +9,7 @@
 //! never engaged.
 
 mod launch;
+mod tma;
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use fa4_spec::Arch;
 
 pub(crate) use launch::ParamsArg;
 pub use launch::{check_problem, check_problem_for, launch_grid, FwdKernel, ProblemError};
+pub use tma::TmaFwdParams;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {

@@ -19,7 +19,7 @@ use cudarc::driver::sys::{
 use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
 
 use super::{KernelCache, Query, Reason, SelectError};
-use crate::gpu::{check_problem_for, driver_message, launch_grid, ProblemError};
+use crate::gpu::{check_problem_for, driver_message, launch_grid, ProblemError, TmaFwdParams};
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
 #[derive(Debug, Clone, Copy)]
@@ -171,6 +171,13 @@ fn cuda(call: &'static str, r: CUresult) -> Result<(), PrefillError> {
         call,
         message: driver_message(&e),
     })
+}
+
+fn driver_failure(call: &'static str, r: CUresult) -> PrefillError {
+    PrefillError::Driver {
+        call,
+        message: driver_message(&cudarc::driver::DriverError(r)),
+    }
 }
 
 /// The context current on this thread.
@@ -410,12 +417,19 @@ impl Runtime {
             return Ok(launched(false));
         };
         let kernel = self.kernel(selected.position, device)?;
-        let mut arg = params;
-        let mut args = [(&mut arg as *mut FwdParams).cast::<c_void>()];
         let fp = &selected.kernel.footprint;
-        // SAFETY: the kernel takes one FwdParams by value, read during the call;
-        // check_problem_for vetted its shapes, pointers' alignment and strides, and the
-        // grid fits the launch limits (launch_grid).
+        // TMA kernels take the tensor maps over K and V after the parameters.
+        let mut arg = params;
+        let mut tma_arg;
+        let mut args = [(&mut arg as *mut FwdParams).cast::<c_void>()];
+        if fp.tma_rows > 0 {
+            tma_arg = TmaFwdParams::encode(&selected.kernel.spec, &params, fp.tma_rows)
+                .map_err(|e| driver_failure("cuTensorMapEncodeTiled", e))?;
+            args = [(&mut tma_arg as *mut TmaFwdParams).cast::<c_void>()];
+        }
+        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value,
+        // read during the call; check_problem_for vetted its shapes, pointers' alignment
+        // and strides, and the grid fits the launch limits (launch_grid).
         cuda("cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(
                 kernel.func,

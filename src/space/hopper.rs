@@ -2,9 +2,10 @@
 //! `templates/include/fa4/hopper/traits.cuh`; the rendered kernel asserts that its
 //! shared-memory size equals the one computed here.
 //!
-//! A config's `warps` is four per warpgroup, and each warpgroup owns 64 query rows, so
-//! `block_m = 16 * warps`; `block_n` is the N of the QK wgmma, `head_dim_v` the N of the PV
-//! wgmma.
+//! A config's `warps` is four per warpgroup, and each warpgroup that computes owns 64
+//! query rows, so `block_m = 16 * warps`; with the warp-specialised schedule one more
+//! warpgroup loads K and V (`block_m = 16 * (warps - 4)`). `block_n` is the N of the QK
+//! wgmma, `head_dim_v` the N of the PV wgmma.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,15 @@ pub(super) const HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128), (192, 192), 
 /// Switch: pack the query heads that share a KV head into one block's rows (as the
 /// portable template's).
 pub const PACK_GQA: &str = super::portable::PACK_GQA;
+
+/// Switch: the warp-specialised schedule (`kernel_ws.cuh`): a producer warpgroup loads
+/// K/V into an mbarrier ring, the others compute.
+pub const WARP_SPECIALIZED: &str = "ws";
+/// Switch (warp-specialised): the consumers issue their GEMMs in turn, so one's softmax
+/// runs under the others' GEMMs.
+pub const PINGPONG: &str = "pingpong";
+/// Switch (warp-specialised): issue QK(j) and PV(j - 1) together, softmax(j) under PV(j - 1).
+pub const OVERLAP: &str = "overlap";
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
 const BLOCK_N: &[u32] = &[64, 128, 176];
@@ -48,19 +58,125 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
         c.switches.insert(PACK_GQA.to_string(), 1);
         out.push(c);
     }
+    // Warp-specialised: (consumers, block_n, pingpong, overlap, pack-GQA). FA3's tiles
+    // (two consumers over 176 keys at d128, 80 at d256, three over 128 at d64) and their
+    // neighbours, and the switches off once each so the tuner sees what they are worth.
+    for (consumers, block_n, pingpong, overlap, pack) in [
+        (1, 64, 0, 1, 0),
+        (1, 128, 0, 1, 0),
+        (2, 64, 1, 1, 0),
+        (2, 80, 1, 1, 0),
+        (2, 128, 1, 1, 0),
+        (2, 176, 1, 1, 0),
+        (2, 128, 0, 1, 0),
+        (2, 128, 1, 0, 0),
+        (2, 128, 1, 1, 1),
+        (3, 64, 1, 1, 0),
+        (3, 128, 1, 1, 0),
+    ] {
+        out.push(ws_config(consumers, block_n, pingpong, overlap, pack));
+    }
     out
+}
+
+fn ws_config(
+    consumers: u32,
+    block_n: u32,
+    pingpong: u32,
+    overlap: u32,
+    pack_gqa: u32,
+) -> TileConfig {
+    let mut c = config(consumers, block_n, 2);
+    c.warps += 4;
+    c.switches.insert(WARP_SPECIALIZED.to_string(), 1);
+    c.switches.insert(PINGPONG.to_string(), pingpong);
+    c.switches.insert(OVERLAP.to_string(), overlap);
+    if pack_gqa == 1 {
+        c.switches.insert(PACK_GQA.to_string(), 1);
+    }
+    c
+}
+
+/// How the warp-specialised schedule shares an SM's registers: blocks per SM, the
+/// registers each thread gets at launch, and what `setmaxnreg` leaves the producer and
+/// gives the consumers (0: no reallocation, every thread keeps the launch count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RegisterSplit {
+    pub blocks_per_sm: u32,
+    pub launch: u32,
+    pub producer: u32,
+    pub consumer: u32,
+}
+
+/// Shared memory an SM offers its blocks (228 KiB, 1 KiB of it reserved per block).
+const SM_SMEM_BYTES: u32 = 233_472;
+
+fn register_split(spec: &KernelSpec, c: &TileConfig) -> RegisterSplit {
+    let threads = c.warps * 32;
+    let consumers = c.warps / 4 - 1;
+    // One consumer: two blocks per SM where their shared memory fits, so two consumers
+    // share the tensor cores as pingpong's two would.
+    let blocks_per_sm = if consumers == 1 && 2 * (smem_bytes(spec, c) + 1024) <= SM_SMEM_BYTES {
+        2
+    } else {
+        1
+    };
+    let launch = (65536 / (threads * blocks_per_sm)).min(255) / 8 * 8;
+    if launch >= 240 {
+        return RegisterSplit {
+            blocks_per_sm,
+            launch,
+            producer: 0,
+            consumer: 0,
+        };
+    }
+    // The producer keeps enough for its copy loop without spilling (ptxas's report:
+    // 24 spills, page lookups need more); three consumers leave it less, as in FA3
+    // (32 + 3 x 160 of 512 threads x 128).
+    let producer = match (consumers >= 3, spec.features.paged_kv) {
+        (true, false) => 32,
+        (true, true) => 40,
+        (false, false) => 40,
+        (false, true) => 56,
+    };
+    let consumer = ((launch * threads - producer * 128) / (128 * consumers)).min(256) / 8 * 8;
+    RegisterSplit {
+        blocks_per_sm,
+        launch,
+        producer,
+        consumer,
+    }
+}
+
+fn warp_specialized(c: &TileConfig) -> bool {
+    c.switch(WARP_SPECIALIZED, 0) == 1
+}
+
+/// The warp-specialised producer loads strided K/V by TMA; pages stay with cp.async
+/// (TMA cannot gather rows).
+fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
+    warp_specialized(c) && !spec.features.paged_kv
 }
 
 pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
     let q_or_o = c.block_m * spec.head_dim.max(spec.head_dim_v);
     let kv_stage = c.block_n * (spec.head_dim + spec.head_dim_v);
-    (q_or_o + c.stages * kv_stage) * spec.dtype.size() + 16
+    // + the block scalars, or the ring's mbarriers (full and empty, K and V, per stage)
+    let extra = if warp_specialized(c) {
+        32 * c.stages
+    } else {
+        16
+    };
+    (q_or_o + c.stages * kv_stage) * spec.dtype.size() + extra
 }
 
 /// Registers per thread: the f32 accumulators of O (head_dim_v / 2) and S (block_n / 2),
 /// P packed to 16 bits (block_n / 4), and an allowance for addresses and softmax state.
+/// The warp-specialised consumers keep only their own addresses (the producer holds the
+/// loads'): a smaller allowance.
 pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    spec.head_dim_v / 2 + c.block_n / 2 + c.block_n / 4 + 64
+    let allowance = if warp_specialized(c) { 32 } else { 64 };
+    spec.head_dim_v / 2 + c.block_n / 2 + c.block_n / 4 + allowance
 }
 
 pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Rejection> {
@@ -71,13 +187,39 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             format!("wgmma is sm90's (sm_90a); {} has none", spec.arch),
         );
     }
-    if c.warps % 4 != 0 || !(1..=3).contains(&(c.warps / 4)) || c.block_m != 16 * c.warps {
+    let ws = warp_specialized(c);
+    let producer_warps = if ws { 4 } else { 0 };
+    let compute_warps = c.warps.saturating_sub(producer_warps);
+    if c.warps % 4 != 0
+        || !(1..=3).contains(&(compute_warps / 4))
+        || c.block_m != 16 * compute_warps
+    {
         return reject(
             RejectKind::Shape,
             format!(
-                "block_m {} over {} warps is not 64 rows per warpgroup of 4 warps (1 to 3)",
-                c.block_m, c.warps
+                "block_m {} over {} warps is not 64 rows per computing warpgroup of 4 warps (1 to 3{})",
+                c.block_m,
+                c.warps,
+                if ws { ", plus the producer's 4" } else { "" }
             ),
+        );
+    }
+    if !ws && (c.switch(PINGPONG, 0) == 1 || c.switch(OVERLAP, 0) == 1) {
+        return reject(
+            RejectKind::Shape,
+            "pingpong and overlap are switches of the warp-specialised schedule".into(),
+        );
+    }
+    if ws && c.switch(PINGPONG, 0) == 1 && compute_warps < 8 {
+        return reject(
+            RejectKind::Shape,
+            "pingpong takes two or more computing warpgroups".into(),
+        );
+    }
+    if ws && c.stages != 2 {
+        return reject(
+            RejectKind::Shape,
+            "the warp-specialised ring has 2 stages".into(),
         );
     }
     if c.block_n % 16 != 0 || c.block_n == 0 || c.block_n > 256 {
@@ -111,9 +253,19 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             ),
         );
     }
-    // One block per SM: 64K registers over the block's threads, at most 255 each.
+    // One block per SM: 64K registers over the block's threads, at most 255 each; the
+    // warp-specialised consumers get what setmaxnreg gives them.
     let threads = c.warps * 32;
-    let budget = (65536 / threads).min(255) / 8 * 8;
+    let budget = if ws {
+        let split = register_split(spec, c);
+        if split.consumer > 0 {
+            split.consumer
+        } else {
+            split.launch
+        }
+    } else {
+        (65536 / threads).min(255) / 8 * 8
+    };
     let regs = est_registers(spec, c);
     if regs > budget {
         return reject(
@@ -129,24 +281,45 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         smem_bytes: smem,
         est_registers: regs,
         pack_gqa: c.switch(PACK_GQA, 0) == 1,
+        tma_rows: if tma(spec, c) { c.block_n } else { 0 },
     })
 }
 
 /// The heuristic default: per head dim the config with the best geomean over the FA3
-/// grid (causal and not, seqlen 512 to 16k) among every config of the template
-/// (`bench/results/2026-11-30-h200-*-hopper-bench-all.json.gz`): one warpgroup of 64 rows
-/// over 64 keys at d64 and 128 keys at d128 (three to four blocks per SM, whose softmax
-/// and GEMMs interleave), two warpgroups over 64 keys in two stages at d192 and d256.
-/// Then smaller tiles, for feature sets that need more registers (ptxas has the last
-/// word: a test compiles every default without spills).
+/// grid (causal and not, seqlen 512 to 16k) among every config of the template. Strided
+/// K/V: the warp-specialised schedule with pingpong and overlap, three consumers over 128
+/// keys at d64 (1.14x the stage-1 pick), two over 128 at d128 (1.37x), two over 80 at
+/// d256 (1.40x) and, untimed, d192 (`bench/results/2026-11-30-h200-*-ws-tma-bench.json`).
+/// Sliding windows see a few key blocks per query block: one warpgroup (one consumer at
+/// d128) over 64 keys led on window (128, 0). Paged K/V keep the stage-1 schedule, whose
+/// every warp shares the page lookups (the producer alone ran 0.7 to 0.8x). Then smaller
+/// tiles, for feature sets that need more registers (ptxas has the last word: a test
+/// compiles every default without spills).
 pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
-    // d128 with paged K/V: one warpgroup copying 128-key tiles holds 16 page lookups
-    // per thread and spills; two warpgroups share them. Sliding windows see a few key
-    // blocks per query block: one warpgroup over 64 keys ran 1.10 to 1.18x the
-    // defaults above on window (128, 0) (`bench/results/2026-11-30-h200-6f2d618-hopper-bench-all-local.json`).
     let local = spec.mask == MaskKind::Local;
-    // d192/d256 windows over pages keep two warpgroups: one spills there.
-    let measured: &[(u32, u32, u32)] = match (spec.head_dim, spec.features.paged_kv, local) {
+    let paged = spec.features.paged_kv;
+    if !paged {
+        let ws: &[(u32, u32, u32, u32)] = match (spec.head_dim, local) {
+            (..=64, true) => &[],
+            (..=128, true) => &[(1, 64, 0, 1)],
+            (_, true) => &[],
+            (..=64, false) => &[(3, 128, 1, 1), (2, 128, 1, 1)],
+            (..=128, false) => &[(2, 128, 1, 1), (2, 80, 1, 1)],
+            _ => &[(2, 80, 1, 1), (2, 64, 1, 1)],
+        };
+        if let Some(c) = ws
+            .iter()
+            .map(|&(n, bn, pp, ov)| ws_config(n, bn, pp, ov, 0))
+            .find(|c| check(spec, c).is_ok())
+        {
+            return c;
+        }
+    }
+    // Stage 1. d128 with paged K/V: one warpgroup copying 128-key tiles holds 16 page
+    // lookups per thread and spills; two warpgroups share them. Windows: one warpgroup
+    // over 64 keys ran 1.10 to 1.18x the causal picks on window (128, 0)
+    // (`bench/results/2026-11-30-h200-6f2d618-hopper-bench-all-local.json`).
+    let measured: &[(u32, u32, u32)] = match (spec.head_dim, paged, local) {
         (..=64, _, true) => &[(1, 64, 2)],
         (..=128, _, true) | (_, false, true) => &[(1, 64, 1)],
         (..=64, _, false) => &[(1, 64, 1)],
@@ -157,7 +330,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // d64 over pages: two warpgroups over 64 keys with the pack-GQA row mapping ran 1.14
     // to 1.22x the portable kernel (and 1.33x the same tile without it, a difference not
     // yet explained: `bench/results/2026-11-30-h200-da26ca6-hopper-bench-d64-paged.json`).
-    if spec.head_dim <= 64 && spec.features.paged_kv {
+    if spec.head_dim <= 64 && paged {
         let mut c = config(2, 64, 2);
         c.switches.insert(PACK_GQA.to_string(), 1);
         if check(spec, &c).is_ok() {
@@ -196,6 +369,17 @@ pub(super) fn render_values(
     let mut ns = vec![c.block_n, spec.head_dim_v];
     ns.sort_unstable();
     ns.dedup();
+    let ws = warp_specialized(c);
+    let split = if ws {
+        register_split(spec, c)
+    } else {
+        RegisterSplit {
+            blocks_per_sm: 1,
+            launch: 0,
+            producer: 0,
+            consumer: 0,
+        }
+    };
     vec![
         ("dtype", json!(spec.dtype.name())),
         (
@@ -208,7 +392,15 @@ pub(super) fn render_values(
         ),
         ("head_dim", json!(spec.head_dim)),
         ("head_dim_v", json!(spec.head_dim_v)),
-        ("warpgroups", json!(c.warps / 4)),
+        ("warpgroups", json!(c.block_m / 64)),
+        ("threads", json!(fp.threads)),
+        ("warp_specialized", json!(ws)),
+        ("pingpong", json!(c.switch(PINGPONG, 0) == 1)),
+        ("overlap", json!(c.switch(OVERLAP, 0) == 1)),
+        ("tma", json!(fp.tma_rows > 0)),
+        ("blocks_per_sm", json!(split.blocks_per_sm)),
+        ("producer_regs", json!(split.producer)),
+        ("consumer_regs", json!(split.consumer)),
         ("block_m", json!(c.block_m)),
         ("block_n", json!(c.block_n)),
         ("stages", json!(c.stages)),
@@ -260,6 +452,79 @@ mod tests {
             RejectKind::SharedMemory
         );
         assert!(check(&d256, &default_config(&d256)).is_ok());
+    }
+
+    #[test]
+    fn warp_specialized_configs_add_a_producer_and_move_its_registers() {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        let c = ws_config(2, 128, 1, 1, 0);
+        let fp = check(&spec, &c).unwrap();
+        // Two consumers of 64 rows and the producer: 384 threads; TMA boxes of 128 keys.
+        assert_eq!((fp.threads, fp.block_m, fp.tma_rows), (384, 128, 128));
+        // Q, two stages of K and V, and 4 mbarriers per stage instead of block scalars.
+        assert_eq!(fp.smem_bytes, (128 * 128 + 2 * 2 * 128 * 128) * 2 + 2 * 32);
+        let split = register_split(&spec, &c);
+        assert_eq!(
+            split,
+            RegisterSplit {
+                blocks_per_sm: 1,
+                launch: 168,
+                producer: 40,
+                consumer: 232
+            }
+        );
+        assert!(split.producer * 128 + split.consumer * 256 <= split.launch * 384);
+        // Paged K/V: the producer gathers by cp.async (no TMA) and keeps more registers.
+        let mut paged = spec;
+        paged.features.paged_kv = true;
+        assert_eq!(check(&paged, &c).unwrap().tma_rows, 0);
+        assert_eq!(register_split(&paged, &c).producer, 56);
+        // Three consumers: 512 threads at 128 registers, 32 + 3 x 160 after the move.
+        let d64 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
+        assert_eq!(
+            register_split(&d64, &ws_config(3, 128, 1, 1, 0)),
+            RegisterSplit {
+                blocks_per_sm: 1,
+                launch: 128,
+                producer: 32,
+                consumer: 160
+            }
+        );
+        // One consumer: two blocks per SM where their shared memory fits, else one block
+        // whose 256 threads keep 248 registers each (no move).
+        assert_eq!(
+            register_split(&spec, &ws_config(1, 64, 0, 1, 0)).blocks_per_sm,
+            2
+        );
+        let big = register_split(&spec, &ws_config(1, 128, 0, 1, 0));
+        assert_eq!((big.blocks_per_sm, big.producer, big.consumer), (1, 0, 0));
+        // Pingpong takes two consumers; its switches belong to the warp-specialised schedule.
+        let kind = |c: &TileConfig| check(&spec, c).unwrap_err().kind;
+        assert_eq!(kind(&ws_config(1, 64, 1, 1, 0)), RejectKind::Shape);
+        let mut stage1 = config(2, 128, 2);
+        stage1.switches.insert(PINGPONG.to_string(), 1);
+        assert_eq!(kind(&stage1), RejectKind::Shape);
+        // The consumers' registers bound the tiles: 176 keys at d128 fit 232, not 160.
+        assert!(check(&spec, &ws_config(2, 176, 1, 1, 0)).is_ok());
+        assert_eq!(kind(&ws_config(3, 176, 1, 1, 0)), RejectKind::Registers);
+    }
+
+    #[test]
+    fn defaults_take_the_warp_specialized_schedule_where_it_led() {
+        let ws = |hd, mask, paged| {
+            let mut spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, mask);
+            spec.features.paged_kv = paged;
+            let c = default_config(&spec);
+            assert!(check(&spec, &c).is_ok(), "{spec}: {c}");
+            (warp_specialized(&c), c.block_m, c.block_n)
+        };
+        assert_eq!(ws(64, MaskKind::Causal, false), (true, 192, 128));
+        assert_eq!(ws(128, MaskKind::None, false), (true, 128, 128));
+        assert_eq!(ws(256, MaskKind::Causal, false), (true, 128, 80));
+        assert_eq!(ws(128, MaskKind::Local, false), (true, 64, 64));
+        // Pages stay with the stage-1 schedule, whose every warp shares the lookups.
+        assert!(!ws(128, MaskKind::Causal, true).0);
+        assert!(!ws(64, MaskKind::Local, false).0);
     }
 
     #[test]

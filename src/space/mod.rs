@@ -159,6 +159,11 @@ pub struct Footprint {
     /// batch`.
     #[serde(default)]
     pub pack_gqa: bool,
+    /// Kernels that load K/V by TMA: the key rows of one box (block_n), which the host
+    /// encodes into the tensor maps it passes with the arguments (`gpu::TmaFwdParams`);
+    /// 0 for kernels that take `FwdParams` alone.
+    #[serde(default)]
+    pub tma_rows: u32,
 }
 
 /// Why a config was set aside.

@@ -200,6 +200,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         smem_bytes: smem,
         est_registers: regs,
         pack_gqa: c.switch(PACK_GQA, 0) == 1,
+        tma_rows: 0,
     })
 }
 

@@ -22,15 +22,14 @@
 #include "fa4/common/softmax.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
-#include "fa4/portable/kernel.cuh"  // TileCopy, load_kv_tile, store_rows, BlockScalars
+#include "fa4/hopper/load.cuh"
+#include "fa4/portable/kernel.cuh"  // store_rows, BlockScalars
 
 namespace fa4 {
 namespace hopper {
 
 using portable::BlockScalars;
-using portable::load_kv_tile;
 using portable::store_rows;
-using portable::TileCopy;
 
 template <class Config>
 __device__ __forceinline__ void forward(const FwdParams& params) {
@@ -91,46 +90,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u32 q_smem_addr = smem_u32(q_smem);
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
-    // K/V tile loads, as in the portable kernel (strided, or through the page table).
+    // K/V tile loads (load.cuh); tile t holds key block n_end - 1 - t.
     auto load_k = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
         const int valid = whole && !T::kCompactLoads ? T::kBlockN : block_scalars->seqlen_k - key_begin;
-        const u32 slot = k_smem_addr + (tile % kStages) * T::kSmemK * 2;
-        if constexpr (T::kPaged) {
-            if (page_table.page_size == 1) {
-                k_copy.load_paged(slot, k_gmem, k_copy.locate(page_table, key_begin, valid), params.k_batch_stride,
-                                  valid);
-                return;
-            }
-            if (page_table.page_size % T::kBlockN != 0) {
-                k_copy.load_rows(slot, k_gmem, [&](int r) {
-                    return k_gmem + page_table.row_offset(key_begin + r, params.k_batch_stride, params.k_row_stride);
-                }, valid);
-                return;
-            }
-        }
-        load_kv_tile<T::kPaged, T::kBlockN>(k_copy, slot, k_gmem, params.k_row_stride, params.k_batch_stride,
-                                            page_table, key_begin, valid);
+        load_kv<T::kPaged, T::kBlockN>(k_copy, k_smem_addr + (tile % kStages) * T::kSmemK * 2, k_gmem,
+                                       params.k_row_stride, params.k_batch_stride, page_table, key_begin, valid);
     };
     auto load_v = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
         const int valid = whole && !T::kCompactLoads ? T::kBlockN : block_scalars->seqlen_k - key_begin;
-        const u32 slot = v_smem_addr + (tile % kStages) * T::kSmemV * 2;
-        if constexpr (T::kPaged) {
-            if (page_table.page_size == 1) {
-                v_copy.load_paged(slot, v_gmem, v_copy.locate(page_table, key_begin, valid), params.v_batch_stride,
-                                  valid);
-                return;
-            }
-            if (page_table.page_size % T::kBlockN != 0) {
-                v_copy.load_rows(slot, v_gmem, [&](int r) {
-                    return v_gmem + page_table.row_offset(key_begin + r, params.v_batch_stride, params.v_row_stride);
-                }, valid);
-                return;
-            }
-        }
-        load_kv_tile<T::kPaged, T::kBlockN>(v_copy, slot, v_gmem, params.v_row_stride, params.v_batch_stride,
-                                            page_table, key_begin, valid);
+        load_kv<T::kPaged, T::kBlockN>(v_copy, v_smem_addr + (tile % kStages) * T::kSmemV * 2, v_gmem,
+                                       params.v_row_stride, params.v_batch_stride, page_table, key_begin, valid);
     };
 
     // ---- load: Q, then the first K/V tiles --------------------------------------------

@@ -19,6 +19,16 @@ struct Traits {
     static constexpr int kHeadDim = Config::kHeadDim;
     static constexpr int kHeadDimV = Config::kHeadDimV;
     static constexpr int kWarpgroups = Config::kWarpgroups;  // each owns 64 query rows
+    // Warp specialisation: one more warpgroup loads K/V for the others (kernel_ws.cuh);
+    // the consumers take turns at the tensor cores (pingpong) and issue the next QK GEMM
+    // before the last PV GEMM has finished (overlap).
+    static constexpr bool kWarpSpecialized = Config::kWarpSpecialized;
+    static constexpr bool kPingpong = Config::kPingpong;
+    static constexpr bool kOverlap = Config::kOverlap;
+    static constexpr bool kTma = Config::kTma;  // K/V by TMA (strided K/V only)
+    static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
+    static constexpr int kProducerRegs = Config::kProducerRegs;
+    static constexpr int kConsumerRegs = Config::kConsumerRegs;
     static constexpr int kBlockN = Config::kBlockN;
     static constexpr int kStages = Config::kStages;
     static constexpr bool kSinks = Config::kSinks;
@@ -27,7 +37,7 @@ struct Traits {
     static constexpr bool kPackGqa = Config::kPackGqa;
 
     static constexpr int kBlockM = 64 * kWarpgroups;
-    static constexpr int kWarps = 4 * kWarpgroups;
+    static constexpr int kWarps = 4 * (kWarpgroups + (kWarpSpecialized ? 1 : 0));
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = 16;
     static constexpr int kNTiles = kBlockN / 8;   // 8-column fragments of S per thread
@@ -48,12 +58,19 @@ struct Traits {
     static constexpr int kSmemK = kBlockN * kHeadDim;  // one stage
     static constexpr int kSmemV = kBlockN * kHeadDimV;
     static constexpr int kSmemTilesBytes = (kSmemQO + kStages * (kSmemK + kSmemV)) * 2;
-    static constexpr int kSmemBytes = kSmemTilesBytes + 16;  // + the per-block scalars
+    // + the per-block scalars, or the ring's mbarriers (full and empty, K and V, per stage)
+    static constexpr int kSmemBytes = kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma's N: a multiple of 16, at most 256");
     static_assert(kHeadDimV <= 256, "wgmma's N: at most 256");
     static_assert(kStages >= 1 && kStages <= 2, "1 or 2 K/V stages");
+    static_assert(!kPingpong || (kWarpSpecialized && kWarpgroups >= 2), "pingpong takes two or more consumers");
+    static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");
+    // Registers move from the producer to the consumers within the block's allotment.
+    static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
+    static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,
+                  "the register split exceeds the block's allotment");
     // Every tile starts on a 1024-byte swizzle atom.
     static_assert((kSmemQO * 2) % 1024 == 0 && (kSmemK * 2) % 1024 == 0 && (kSmemV * 2) % 1024 == 0,
                   "tiles are whole swizzle atoms");

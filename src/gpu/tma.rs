@@ -1,0 +1,121 @@
+//! Tensor maps for the kernels that load K/V by TMA (the Hopper template's
+//! warp-specialised producer): encoded on the host for each call and passed by value
+//! after the common parameters, as `fa4::hopper::TmaFwdParams` lays them out.
+
+use cudarc::driver::sys::{
+    self, CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
+    CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
+};
+use fa4_spec::{Dtype, FwdParams, KernelSpec};
+
+/// The argument block of a TMA kernel.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy)]
+pub struct TmaFwdParams {
+    pub fwd: FwdParams,
+    _pad: [u8; 16],
+    pub k_map: [u64; 16],
+    pub v_map: [u64; 16],
+}
+
+const _: () = assert!(std::mem::size_of::<TmaFwdParams>() == 512);
+const _: () = assert!(std::mem::offset_of!(TmaFwdParams, k_map) == 256);
+
+/// One K or V tensor as TMA sees it: [batch, rows, heads, head_dim], strides in elements.
+struct KvTensor {
+    ptr: u64,
+    head_dim: u32,
+    row_stride: i64,
+    head_stride: i64,
+    batch_stride: i64,
+}
+
+impl TmaFwdParams {
+    /// Encodes the maps over K and V for `params` (already checked by
+    /// `check_problem_for`): boxes of 64 columns (one 128-byte swizzle row) by
+    /// `box_rows` keys. A packed varlen batch is one batch of `batch * max_seqlen_k`
+    /// rows at most; the kernels only ask for whole tiles inside a sequence by TMA (the
+    /// tile past the last key goes by cp.async), so the row bound never clips a read.
+    pub fn encode(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> Result<Self, CUresult> {
+        let varlen = params.cu_seqlens_k != 0;
+        let rows = if varlen {
+            i64::from(params.batch.max(1)) * i64::from(params.seqlen_k.max(1))
+        } else {
+            i64::from(params.seqlen_k.max(1))
+        };
+        let batches = if varlen { 1 } else { params.batch.max(1) };
+        let k = KvTensor {
+            ptr: params.k,
+            head_dim: spec.head_dim,
+            row_stride: params.k_row_stride,
+            head_stride: params.k_head_stride,
+            batch_stride: params.k_batch_stride,
+        };
+        let v = KvTensor {
+            ptr: params.v,
+            head_dim: spec.head_dim_v,
+            row_stride: params.v_row_stride,
+            head_stride: params.v_head_stride,
+            batch_stride: params.v_batch_stride,
+        };
+        let dims = (rows as u64, params.heads_kv.max(1) as u64, batches as u64);
+        Ok(TmaFwdParams {
+            fwd: *params,
+            _pad: [0; 16],
+            k_map: encode_map(spec.dtype, &k, dims, box_rows)?,
+            v_map: encode_map(spec.dtype, &v, dims, box_rows)?,
+        })
+    }
+}
+
+fn encode_map(
+    dtype: Dtype,
+    t: &KvTensor,
+    (rows, heads, batches): (u64, u64, u64),
+    box_rows: u32,
+) -> Result<[u64; 16], CUresult> {
+    let bytes = |stride: i64, dim: u64| {
+        // A dimension of one is never stepped: any legal stride will do for it.
+        if dim == 1 || stride <= 0 {
+            (t.row_stride.max(8) * 2) as u64
+        } else {
+            (stride * 2) as u64
+        }
+    };
+    let dims = [u64::from(t.head_dim), rows, heads, batches];
+    let strides = [
+        bytes(t.row_stride, rows),
+        bytes(t.head_stride, heads),
+        bytes(t.batch_stride, batches),
+    ];
+    let boxes = [64u32, box_rows, 1, 1];
+    let element_strides = [1u32; 4];
+    let data_type = match dtype {
+        Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        Dtype::Fp16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    };
+    let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
+    // SAFETY: every array holds the rank's entries (strides rank - 1); the driver only
+    // writes the map. No device memory is touched: the address is recorded, not read.
+    let result = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            data_type,
+            4,
+            t.ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if result != CUresult::CUDA_SUCCESS {
+        return Err(result);
+    }
+    // SAFETY: the driver filled the map.
+    Ok(unsafe { map.assume_init() }.opaque)
+}

@@ -1,0 +1,68 @@
+// K/V tile loads shared by both Hopper schedules: cp.async by a group of threads into
+// wgmma's swizzled layout, from a strided sequence or through a page table.
+#pragma once
+
+#include "fa4/common/seqlen.cuh"
+#include "fa4/portable/kernel.cuh"  // TileCopy, load_kv_tile
+
+namespace fa4 {
+namespace hopper {
+
+using portable::load_kv_tile;
+using portable::TileCopy;
+
+// Keys key_begin .. key_begin + kBlockN of one K or V head into `slot`, rows past `valid`
+// zero-filled. Paged K/V: pages of one key are looked up once per row (load_paged), pages
+// shorter than a tile row by row, pages of whole tiles in one strided copy.
+template <bool kPaged, int kBlockN, class Copy>
+__device__ __forceinline__ void load_kv(const Copy& copy, u32 slot, const u16* gmem, i64 row_stride,
+                                        i64 page_stride, const PageTable& pages, int key_begin, int valid) {
+    if constexpr (kPaged) {
+        if (pages.page_size == 1) {
+            copy.load_paged(slot, gmem, copy.locate(pages, key_begin, valid), page_stride, valid);
+            return;
+        }
+        if (pages.page_size % kBlockN != 0) {
+            copy.load_rows(slot, gmem, [&](int r) {
+                return gmem + pages.row_offset(key_begin + r, page_stride, row_stride);
+            }, valid);
+            return;
+        }
+    }
+    load_kv_tile<kPaged, kBlockN>(copy, slot, gmem, row_stride, page_stride, pages, key_begin, valid);
+}
+
+// The same tile by the warp-specialised producer, which setmaxnreg leaves few registers:
+// a loop of 16-byte copies (four chunks in flight per thread) that keeps no per-chunk
+// address live across tiles. Row r of the tile starts at row_ptr(r), asked only for
+// rows < valid; the rest are zero-filled.
+template <int kRows, class Layout, int kThreads, class RowPtr>
+__device__ __forceinline__ void producer_copy(u32 smem_tile, RowPtr row_ptr, const u16* any_row, int valid, int tid) {
+    constexpr int kChunksPerRow = Layout::kCols / 8;
+    constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll 4
+    for (int chunk = tid; chunk < kChunks; chunk += kThreads) {
+        const int r = chunk / kChunksPerRow;
+        const int c = (chunk % kChunksPerRow) * 8;
+        const bool ok = r < valid;
+        cp_async_16(smem_tile + u32(Layout::offset(r, c)) * 2, ok ? row_ptr(r) + c : any_row, ok);
+    }
+}
+
+// Keys key_begin .. key_begin + kBlockN of one K or V head by the producer.
+template <bool kPaged, int kBlockN, class Layout, int kThreads>
+__device__ __forceinline__ void producer_load_kv(u32 slot, const u16* gmem, i64 row_stride, i64 page_stride,
+                                                 const PageTable& pages, int key_begin, int valid, int tid) {
+    if constexpr (kPaged) {
+        producer_copy<kBlockN, Layout, kThreads>(slot, [&](int r) {
+            return gmem + pages.row_offset(key_begin + r, page_stride, row_stride);
+        }, gmem, valid, tid);
+    } else {
+        const u16* const tile = gmem + i64(key_begin) * row_stride;
+        producer_copy<kBlockN, Layout, kThreads>(slot, [&](int r) { return tile + r * row_stride; }, gmem, valid,
+                                                 tid);
+    }
+}
+
+}  // namespace hopper
+}  // namespace fa4

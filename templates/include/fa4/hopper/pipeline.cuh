@@ -1,0 +1,62 @@
+// What the warp-specialised Hopper kernel synchronises with (sm_90a): mbarriers for the
+// K/V ring between the producer warpgroup and the consumers, named barriers for the
+// consumers' turns at the tensor cores, and register reallocation between the roles.
+#pragma once
+
+#include "fa4/common/types.cuh"
+
+namespace fa4 {
+namespace hopper {
+
+// ---- mbarrier: a phase completes once `count` arrivals are in ---------------------------
+__device__ __forceinline__ void mbarrier_init(u32 bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Blocks until the phase of parity `parity` has completed. A fresh barrier is in phase 0,
+// so waiting for parity 1 returns at once: that is how a producer sees every slot of a
+// new ring as free.
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
+    u32 done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
+__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Holds the barrier's current phase open until this thread's cp.async copies issued so
+// far have landed: the pending count grows by one now and shrinks when they land, so
+// this is not one of the phase's expected arrivals.
+__device__ __forceinline__ void cp_async_mbarrier_track(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// ---- named barriers (id 0 is __syncthreads) ----------------------------------------------
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- register reallocation: the producer gives registers back, consumers take them ------
+template <int kRegs>
+__device__ __forceinline__ void registers_release() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void registers_claim() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+}  // namespace hopper
+}  // namespace fa4

@@ -1,0 +1,47 @@
+// TMA (the tensor memory accelerator, sm_90): K/V tiles copied by one thread's
+// instruction, described by tensor maps that the host encodes per call.
+#pragma once
+
+#include "fa4/common/params.cuh"
+
+namespace fa4 {
+namespace hopper {
+
+// An encoded CUtensorMap (opaque to the kernel).
+struct alignas(64) TensorMap {
+    u64 opaque[16];
+};
+
+// The argument block of kernels that load K/V by TMA: the common parameters, then one map
+// each over K and V as [batch, rows, heads, head_dim] (a packed varlen batch is one
+// "batch" of all rows), 128-byte swizzle, boxes of 64 columns x kBlockN rows. Mirrored by
+// `fa4_gen::gpu::TmaFwdParams` (Rust).
+struct TmaFwdParams {
+    FwdParams fwd;
+    TensorMap k_map;
+    TensorMap v_map;
+};
+static_assert(sizeof(FwdParams) <= 256 && sizeof(TmaFwdParams) == 512, "TmaFwdParams must match the host's layout");
+
+__device__ __forceinline__ void tma_prefetch(const TensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+}
+
+// Arrives on `bar` and adds `bytes` to the transfer it waits for in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// One box of the map at coordinates (col, row, head, batch) into shared memory at `dst`
+// (1024-byte aligned for the swizzle); its bytes complete the transfer `bar` waits for.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, u32 bar, int col, int row, int head,
+                                            int batch) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(head), "r"(batch), "r"(bar)
+        : "memory");
+}
+
+}  // namespace hopper
+}  // namespace fa4
