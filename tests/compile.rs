@@ -178,6 +178,7 @@ fn spilling_configs_are_rejected_with_the_reason() {
             est_registers: 250,
             pack_gqa: false,
             tma_rows: 0,
+            persistent_per_sm: 0,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();

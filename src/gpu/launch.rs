@@ -234,8 +234,14 @@ pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), Problem
 
 /// The grid of a forward launch, `None` when there is nothing to compute: one block per
 /// `block_m` rows of the longest sequence, per query head (or per KV head with
-/// pack-GQA, whose rows are the query heads of one KV head), per sequence.
-pub fn launch_grid(footprint: &Footprint, params: &FwdParams) -> Option<(u32, u32, u32)> {
+/// pack-GQA, whose rows are the query heads of one KV head), per sequence. A persistent
+/// kernel gets those work tiles in one dimension and at most `persistent_per_sm` blocks
+/// per SM of the device's `sm_count`, which stride over them.
+pub fn launch_grid(
+    footprint: &Footprint,
+    params: &FwdParams,
+    sm_count: u32,
+) -> Option<(u32, u32, u32)> {
     let (rows, heads) = if footprint.pack_gqa {
         let group = (params.heads_q / params.heads_kv.max(1)) as u64;
         (
@@ -246,7 +252,15 @@ pub fn launch_grid(footprint: &Footprint, params: &FwdParams) -> Option<(u32, u3
         (params.seqlen_q.max(0) as u64, params.heads_q as u32)
     };
     let grid_x = rows.div_ceil(u64::from(footprint.block_m.max(1)));
-    (grid_x > 0 && params.batch > 0).then_some((grid_x as u32, heads, params.batch as u32))
+    if grid_x == 0 || params.batch <= 0 {
+        return None;
+    }
+    if footprint.persistent_per_sm > 0 {
+        let tiles = grid_x * u64::from(heads) * params.batch as u64;
+        let blocks = u64::from(footprint.persistent_per_sm * sm_count.max(1));
+        return Some((tiles.min(blocks) as u32, 1, 1));
+    }
+    Some((grid_x as u32, heads, params.batch as u32))
 }
 
 /// `FwdParams` as a kernel argument: passed by value, bit for bit.
@@ -290,7 +304,7 @@ impl FwdKernel {
     /// Checks the problem, then launches on the GPU's stream (asynchronously).
     pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
-        let Some(grid_dim) = launch_grid(&self.footprint, params) else {
+        let Some(grid_dim) = launch_grid(&self.footprint, params, gpu.info.sm_count) else {
             return Ok(()); // nothing to compute
         };
         let cfg = LaunchConfig {
@@ -615,27 +629,40 @@ mod tests {
             est_registers: 0,
             pack_gqa: false,
             tma_rows: 0,
+            persistent_per_sm: 0,
         };
         // 100 queries, 8 query heads on 2 KV heads, 2 sequences.
-        assert_eq!(launch_grid(&fp, &good()), Some((1, 8, 2)));
+        assert_eq!(launch_grid(&fp, &good(), 132), Some((1, 8, 2)));
         let long = FwdParams {
             seqlen_q: 129,
             ..good()
         };
-        assert_eq!(launch_grid(&fp, &long), Some((2, 8, 2)));
+        assert_eq!(launch_grid(&fp, &long, 132), Some((2, 8, 2)));
         // Pack-GQA: 4 query heads per KV head make 400 rows per KV head.
         let packed = Footprint {
             pack_gqa: true,
             ..fp
         };
-        assert_eq!(launch_grid(&packed, &good()), Some((4, 2, 2)));
+        assert_eq!(launch_grid(&packed, &good(), 132), Some((4, 2, 2)));
         // Nothing to compute: no launch.
         let empty = FwdParams {
             seqlen_q: 0,
             ..good()
         };
-        assert_eq!(launch_grid(&fp, &empty), None);
-        assert_eq!(launch_grid(&fp, &FwdParams { batch: 0, ..good() }), None);
+        assert_eq!(launch_grid(&fp, &empty, 132), None);
+        // Persistent: the work tiles (m-blocks x heads x sequences) in one dimension, at
+        // most persistent_per_sm blocks per SM.
+        let persistent = Footprint {
+            persistent_per_sm: 1,
+            ..fp
+        };
+        assert_eq!(launch_grid(&persistent, &good(), 132), Some((16, 1, 1)));
+        assert_eq!(launch_grid(&persistent, &good(), 10), Some((10, 1, 1)));
+        assert_eq!(launch_grid(&persistent, &empty, 132), None);
+        assert_eq!(
+            launch_grid(&fp, &FwdParams { batch: 0, ..good() }, 132),
+            None
+        );
     }
 
     #[test]

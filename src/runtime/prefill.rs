@@ -130,6 +130,8 @@ pub struct Device {
     pub name: String,
     pub compute_capability: (u32, u32),
     pub arch: Arch,
+    /// Persistent kernels' grids are sized by it.
+    pub sm_count: u32,
 }
 
 impl std::fmt::Display for Device {
@@ -302,6 +304,7 @@ impl Runtime {
         };
         let major = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let sm_count = attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let mut name = [0 as std::ffi::c_char; 256];
         // SAFETY: the buffer holds 256 bytes and the driver NUL-terminates.
         cuda("cuDeviceGetName", unsafe {
@@ -320,6 +323,7 @@ impl Runtime {
             name,
             compute_capability: (major, minor),
             arch,
+            sm_count,
         };
         Ok(self.device.get_or_init(|| device))
     }
@@ -413,7 +417,8 @@ impl Runtime {
             reason: selected.reason,
             launched,
         };
-        let Some((gx, gy, gz)) = launch_grid(&selected.kernel.footprint, &params) else {
+        let Some((gx, gy, gz)) = launch_grid(&selected.kernel.footprint, &params, device.sm_count)
+        else {
             return Ok(launched(false));
         };
         let kernel = self.kernel(selected.position, device)?;
@@ -579,6 +584,7 @@ mod tests {
             name: "NVIDIA H200".into(),
             compute_capability: (9, 0),
             arch: Arch::Sm90,
+            sm_count: 132,
         };
         let (sm90, hash) = with_sm(90);
         assert_eq!(check_cubin(&sm90, &hash, &h200), Ok(()));

@@ -164,6 +164,10 @@ pub struct Footprint {
     /// 0 for kernels that take `FwdParams` alone.
     #[serde(default)]
     pub tma_rows: u32,
+    /// Persistent kernels: blocks per SM of a grid that strides over the work tiles
+    /// (`launch_grid`); 0 for one block per tile.
+    #[serde(default)]
+    pub persistent_per_sm: u32,
 }
 
 /// Why a config was set aside.

@@ -201,6 +201,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         est_registers: regs,
         pack_gqa: c.switch(PACK_GQA, 0) == 1,
         tma_rows: 0,
+        persistent_per_sm: 0,
     })
 }
 

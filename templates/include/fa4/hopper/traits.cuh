@@ -26,6 +26,9 @@ struct Traits {
     static constexpr bool kPingpong = Config::kPingpong;
     static constexpr bool kOverlap = Config::kOverlap;
     static constexpr bool kTma = Config::kTma;  // K/V by TMA (strided K/V only)
+    // A grid of about one block per SM, each striding over the work tiles, so the
+    // producer loads the next tile's K/V while the consumers store this one's O.
+    static constexpr bool kPersistent = Config::kPersistent;
     static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
     static constexpr int kProducerRegs = Config::kProducerRegs;
     static constexpr int kConsumerRegs = Config::kConsumerRegs;
@@ -67,6 +70,8 @@ struct Traits {
     static_assert(kStages >= 1 && kStages <= 2, "1 or 2 K/V stages");
     static_assert(!kPingpong || (kWarpSpecialized && kWarpgroups >= 2), "pingpong takes two or more consumers");
     static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");
+    static_assert(!kPersistent || (kWarpSpecialized && kMask == MaskKind::None),
+                  "the persistent grid is the warp-specialised schedule's, for unmasked attention");
     // Registers move from the producer to the consumers within the block's allotment.
     static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
     static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,
