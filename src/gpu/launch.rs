@@ -312,31 +312,25 @@ impl FwdKernel {
             block_dim: (self.footprint.threads, 1, 1),
             shared_mem_bytes: self.footprint.smem_bytes,
         };
-        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value;
-        // check_problem vetted its pointers and strides, and the buffers outlive the
-        // launch (the caller synchronises before freeing them).
+        // TMA kernels take the tensor maps over K and V after the parameters.
+        let (tma_arg, plain_arg);
+        let mut launch = gpu.stream().launch_builder(&self.func);
         if self.footprint.tma_rows > 0 {
-            let arg = TmaParamsArg(
+            tma_arg = TmaParamsArg(
                 TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows)
                     .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?,
             );
-            unsafe {
-                gpu.stream()
-                    .launch_builder(&self.func)
-                    .arg(&arg)
-                    .launch(cfg)
-            }
+            launch.arg(&tma_arg);
         } else {
-            let arg = ParamsArg(*params);
-            unsafe {
-                gpu.stream()
-                    .launch_builder(&self.func)
-                    .arg(&arg)
-                    .launch(cfg)
-            }
+            plain_arg = ParamsArg(*params);
+            launch.arg(&plain_arg);
         }
-        .map(|_| ())
-        .map_err(driver("cuLaunchKernel"))
+        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value;
+        // check_problem vetted its pointers and strides, and the buffers outlive the
+        // launch (the caller synchronises before freeing them).
+        unsafe { launch.launch(cfg) }
+            .map(|_| ())
+            .map_err(driver("cuLaunchKernel"))
     }
 }
 
