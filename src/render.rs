@@ -104,13 +104,21 @@ impl Renderer {
         &self.hashes[&t]
     }
 
-    /// The id of a candidate under the current templates.
+    /// The id of a candidate under the current templates. It hashes the values the
+    /// config space derives for the template too (register split, shared-memory layout),
+    /// so a change of that arithmetic cannot reuse a cubin rendered under the old one.
     pub fn kernel_id(&self, c: &Candidate) -> KernelId {
+        let derived = match c.template.check(&c.spec, &c.config) {
+            Ok(fp) => serde_json::to_string(&c.template.render_values(&c.spec, &c.config, &fp))
+                .expect("render values serialise"),
+            Err(_) => String::new(),
+        };
         let mut h = Fnv1a64::default();
         h.field(c.template.name())
             .field(self.template_hash(c.template))
             .field(&serde_json::to_string(&c.spec).expect("spec serialises"))
             .field(&serde_json::to_string(&c.config).expect("config serialises"))
+            .field(&derived)
             .field(&nvrtc_options(c.spec.arch).join(" "));
         KernelId(format!(
             "{}_{}_{}_{}",

@@ -31,11 +31,11 @@ fn list_json_is_the_whole_space() {
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     // Portable: causal and local specs add 12 warp-skipping candidates to the 72 every
-    // spec has; Hopper: 20 stage-1 and 11 warp-specialised candidates per spec, and 4
-    // persistent ones for unmasked specs.
+    // spec has; Hopper: 20 stage-1, 11 warp-specialised and 5 persistent candidates per
+    // spec.
     assert_eq!(
         rows.len(),
-        2 * 72 + 4 * 84 + 6 * (20 + 11) + 2 * 4,
+        2 * 72 + 4 * 84 + 6 * (20 + 11 + 5),
         "6 specs (dtype x mask) per template"
     );
     assert_eq!(

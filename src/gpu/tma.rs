@@ -1,4 +1,4 @@
-//! Tensor maps for the kernels that load K/V by TMA (the Hopper template's
+//! Tensor maps for the kernels that load Q/K/V by TMA (the Hopper template's
 //! warp-specialised producer): encoded on the host for each call and passed by value
 //! after the common parameters, as `fa4::hopper::TmaFwdParams` lays them out.
 
@@ -14,15 +14,20 @@ use fa4_spec::{Dtype, FwdParams, KernelSpec};
 pub struct TmaFwdParams {
     pub fwd: FwdParams,
     _pad: [u8; 16],
+    pub q_map: [u64; 16],
     pub k_map: [u64; 16],
     pub v_map: [u64; 16],
 }
 
-const _: () = assert!(std::mem::size_of::<TmaFwdParams>() == 512);
-const _: () = assert!(std::mem::offset_of!(TmaFwdParams, k_map) == 256);
+const _: () = assert!(std::mem::size_of::<TmaFwdParams>() == 640);
+const _: () = assert!(std::mem::offset_of!(TmaFwdParams, q_map) == 256);
 
-/// One K or V tensor as TMA sees it: [batch, rows, heads, head_dim], strides in elements.
-struct KvTensor {
+/// Rows of Q per box: one consumer warpgroup's.
+const Q_BOX_ROWS: u32 = 64;
+
+/// One Q, K or V tensor as TMA sees it: [batch, rows, heads, head_dim], strides in
+/// elements.
+struct Tensor {
     ptr: u64,
     head_dim: u32,
     row_stride: i64,
@@ -31,46 +36,67 @@ struct KvTensor {
 }
 
 impl TmaFwdParams {
-    /// Encodes the maps over K and V for `params` (already checked by
-    /// `check_problem_for`): boxes of 64 columns (one 128-byte swizzle row) by
-    /// `box_rows` keys. A packed varlen batch is one batch of `batch * max_seqlen_k`
-    /// rows at most; the kernels only ask for whole tiles inside a sequence by TMA (the
-    /// tile past the last key goes by cp.async), so the row bound never clips a read.
+    /// Encodes the maps over Q, K and V for `params` (already checked by
+    /// `check_problem_for`): boxes of 64 columns (one 128-byte swizzle row) by 64 query
+    /// rows or `box_rows` keys. A packed varlen batch is one batch of `batch * max_seqlen`
+    /// rows at most; the kernels only ask for whole boxes inside a sequence by TMA (the Q
+    /// rows and the key tile past a sequence's end go by cp.async), so the row bound
+    /// never clips a read and no read leaves the tensors.
     pub fn encode(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> Result<Self, CUresult> {
-        let varlen = params.cu_seqlens_k != 0;
-        let rows = if varlen {
-            i64::from(params.batch.max(1)) * i64::from(params.seqlen_k.max(1))
-        } else {
-            i64::from(params.seqlen_k.max(1))
+        let packed = |cu_seqlens: u64, seqlen: i32| {
+            let seqlen = i64::from(seqlen.max(1));
+            if cu_seqlens != 0 {
+                (i64::from(params.batch.max(1)) * seqlen, 1)
+            } else {
+                (seqlen, params.batch.max(1))
+            }
         };
-        let batches = if varlen { 1 } else { params.batch.max(1) };
-        let k = KvTensor {
+        let (rows_q, batches_q) = packed(params.cu_seqlens_q, params.seqlen_q);
+        let (rows_k, batches_k) = packed(params.cu_seqlens_k, params.seqlen_k);
+        let q = Tensor {
+            ptr: params.q,
+            head_dim: spec.head_dim,
+            row_stride: params.q_row_stride,
+            head_stride: params.q_head_stride,
+            batch_stride: params.q_batch_stride,
+        };
+        let k = Tensor {
             ptr: params.k,
             head_dim: spec.head_dim,
             row_stride: params.k_row_stride,
             head_stride: params.k_head_stride,
             batch_stride: params.k_batch_stride,
         };
-        let v = KvTensor {
+        let v = Tensor {
             ptr: params.v,
             head_dim: spec.head_dim_v,
             row_stride: params.v_row_stride,
             head_stride: params.v_head_stride,
             batch_stride: params.v_batch_stride,
         };
-        let dims = (rows as u64, params.heads_kv.max(1) as u64, batches as u64);
+        let dims_q = (
+            rows_q as u64,
+            params.heads_q.max(1) as u64,
+            batches_q as u64,
+        );
+        let dims_kv = (
+            rows_k as u64,
+            params.heads_kv.max(1) as u64,
+            batches_k as u64,
+        );
         Ok(TmaFwdParams {
             fwd: *params,
             _pad: [0; 16],
-            k_map: encode_map(spec.dtype, &k, dims, box_rows)?,
-            v_map: encode_map(spec.dtype, &v, dims, box_rows)?,
+            q_map: encode_map(spec.dtype, &q, dims_q, Q_BOX_ROWS)?,
+            k_map: encode_map(spec.dtype, &k, dims_kv, box_rows)?,
+            v_map: encode_map(spec.dtype, &v, dims_kv, box_rows)?,
         })
     }
 }
 
 fn encode_map(
     dtype: Dtype,
-    t: &KvTensor,
+    t: &Tensor,
     (rows, heads, batches): (u64, u64, u64),
     box_rows: u32,
 ) -> Result<[u64; 16], CUresult> {

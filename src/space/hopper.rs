@@ -47,7 +47,7 @@ fn config(warpgroups: u32, block_n: u32, stages: u32) -> TileConfig {
     }
 }
 
-pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
+pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
     let mut out = Vec::new();
     for &wg in WARPGROUPS {
         for &block_n in BLOCK_N {
@@ -79,12 +79,15 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     ] {
         out.push(ws_config(consumers, block_n, pingpong, overlap, pack));
     }
-    // The leading tiles also with a persistent grid (unmasked attention only).
-    for (consumers, block_n) in [(2, 80), (2, 128), (2, 176), (3, 128)] {
-        if spec.mask != MaskKind::None {
-            break;
-        }
-        let mut c = ws_config(consumers, block_n, 1, 1, 0);
+    // The leading tiles also with a persistent grid.
+    for (consumers, block_n, pack) in [
+        (2, 80, 0),
+        (2, 128, 0),
+        (2, 128, 1),
+        (2, 176, 0),
+        (3, 128, 0),
+    ] {
+        let mut c = ws_config(consumers, block_n, 1, 1, pack);
         c.switches.insert(PERSISTENT.to_string(), 1);
         out.push(c);
     }
@@ -166,6 +169,17 @@ fn warp_specialized(c: &TileConfig) -> bool {
     c.switch(WARP_SPECIALIZED, 0) == 1
 }
 
+fn persistent(c: &TileConfig) -> bool {
+    warp_specialized(c) && c.switch(PERSISTENT, 0) == 1
+}
+
+/// A persistent grid stages O in a slot of its own where shared memory allows, so the
+/// producer loads the next tile's Q while the consumers finish this one (otherwise Q
+/// waits for O's store out of its slot).
+fn separate_o(spec: &KernelSpec, c: &TileConfig) -> bool {
+    persistent(c) && smem_bytes_with(spec, c, true) <= spec.arch.max_smem_per_block()
+}
+
 /// The warp-specialised producer loads strided K/V by TMA; pages stay with cp.async
 /// (TMA cannot gather rows).
 fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
@@ -173,15 +187,31 @@ fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
 }
 
 pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    let q_or_o = c.block_m * spec.head_dim.max(spec.head_dim_v);
+    smem_bytes_with(spec, c, separate_o(spec, c))
+}
+
+/// traits.cuh's kSmemBytes: Q slots (which stage O too unless it has its own), the K/V
+/// stages, and the block scalars or the mbarriers.
+fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, separate_o: bool) -> u32 {
+    let q_slot_cols = if separate_o {
+        spec.head_dim
+    } else {
+        spec.head_dim.max(spec.head_dim_v)
+    };
+    let o_region = if separate_o {
+        c.block_m * spec.head_dim_v
+    } else {
+        0
+    };
     let kv_stage = c.block_n * (spec.head_dim + spec.head_dim_v);
-    // + the block scalars, or the ring's mbarriers (full and empty, K and V, per stage)
+    // the K/V ring's mbarriers (full and empty, K and V, per stage) and each consumer's
+    // Q slot's (full and empty)
     let extra = if warp_specialized(c) {
-        32 * c.stages
+        32 * c.stages + 16 * (c.block_m / 64)
     } else {
         16
     };
-    (q_or_o + c.stages * kv_stage) * spec.dtype.size() + extra
+    (c.block_m * q_slot_cols + o_region + c.stages * kv_stage) * spec.dtype.size() + extra
 }
 
 /// Registers per thread: the f32 accumulators of O (head_dim_v / 2) and S (block_n / 2),
@@ -189,7 +219,7 @@ pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
 /// The warp-specialised consumers keep only their own addresses (the producer holds the
 /// loads'): a smaller allowance.
 pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    let allowance = if warp_specialized(c) { 32 } else { 64 };
+    let allowance = if warp_specialized(c) { 24 } else { 64 };
     spec.head_dim_v / 2 + c.block_n / 2 + c.block_n / 4 + allowance
 }
 
@@ -232,15 +262,6 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         return reject(
             RejectKind::Shape,
             "pingpong takes two or more computing warpgroups".into(),
-        );
-    }
-    // A static persistent order lost to the hardware's block scheduler on causal masks
-    // (0.80 to 0.99x at d128, longest tiles first or not): unmasked attention only.
-    if c.switch(PERSISTENT, 0) == 1 && spec.mask != MaskKind::None {
-        return reject(
-            RejectKind::Shape,
-            "the persistent grid is for unmasked attention (causal and local blocks vary in work)"
-                .into(),
         );
     }
     if ws && c.stages != 2 {
@@ -431,6 +452,7 @@ pub(super) fn render_values(
         ("overlap", json!(c.switch(OVERLAP, 0) == 1)),
         ("tma", json!(fp.tma_rows > 0)),
         ("persistent", json!(fp.persistent_per_sm > 0)),
+        ("separate_o", json!(separate_o(spec, c))),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
         ("producer_regs", json!(split.producer)),
         ("consumer_regs", json!(split.consumer)),
@@ -494,8 +516,12 @@ mod tests {
         let fp = check(&spec, &c).unwrap();
         // Two consumers of 64 rows and the producer: 384 threads; TMA boxes of 128 keys.
         assert_eq!((fp.threads, fp.block_m, fp.tma_rows), (384, 128, 128));
-        // Q, two stages of K and V, and 4 mbarriers per stage instead of block scalars.
-        assert_eq!(fp.smem_bytes, (128 * 128 + 2 * 2 * 128 * 128) * 2 + 2 * 32);
+        // Q, two stages of K and V, and mbarriers instead of block scalars: 4 per stage
+        // for the ring, 2 per consumer for its Q slot.
+        assert_eq!(
+            fp.smem_bytes,
+            (128 * 128 + 2 * 2 * 128 * 128) * 2 + 2 * 32 + 2 * 16
+        );
         let split = register_split(&spec, &c);
         assert_eq!(
             split,
@@ -537,13 +563,24 @@ mod tests {
         let mut stage1 = config(2, 128, 2);
         stage1.switches.insert(PINGPONG.to_string(), 1);
         assert_eq!(kind(&stage1), RejectKind::Shape);
-        // A persistent grid: unmasked attention only, one block per SM here.
+        // A persistent grid, one block per SM here, any mask; O gets a slot of its own
+        // where shared memory allows (d128 over 128 keys: 160 + 32 KiB), not at d256.
         let mut persistent = ws_config(2, 128, 1, 1, 0);
         persistent.switches.insert(PERSISTENT.to_string(), 1);
-        assert_eq!(kind(&persistent), RejectKind::Shape);
-        let unmasked = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
-        assert_eq!(check(&unmasked, &persistent).unwrap().persistent_per_sm, 1);
-        assert_eq!(check(&unmasked, &c).unwrap().persistent_per_sm, 0);
+        let fp = check(&spec, &persistent).unwrap();
+        assert_eq!(fp.persistent_per_sm, 1);
+        assert!(separate_o(&spec, &persistent));
+        assert_eq!(
+            fp.smem_bytes,
+            (2 * 64 * 128 * 2 + 2 * 128 * 256) * 2 + 64 + 32
+        );
+        assert_eq!(check(&spec, &c).unwrap().persistent_per_sm, 0);
+        assert!(!separate_o(&spec, &c));
+        let d256 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
+        let mut wide = ws_config(2, 80, 1, 1, 0);
+        wide.switches.insert(PERSISTENT.to_string(), 1);
+        assert!(check(&d256, &wide).is_ok());
+        assert!(!separate_o(&d256, &wide));
         // The consumers' registers bound the tiles: 176 keys at d128 fit 232, not 160.
         assert!(check(&spec, &ws_config(2, 176, 1, 1, 0)).is_ok());
         assert_eq!(kind(&ws_config(3, 176, 1, 1, 0)), RejectKind::Registers);

@@ -20,6 +20,7 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
+#include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
 #include "fa4/hopper/load.cuh"
@@ -65,6 +66,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
     const int warp_row = warp * T::kRowsPerWarp;  // warpgroup warp / 4 owns rows 64 (warp / 4) ..
+    const FragmentRows rows_at{row_begin + warp_row, kGroup, quad_row, quad_col};
 
     int n_end, n_tiles;
     {
@@ -173,11 +175,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         }
 
         // ---- soft-capping: S = cap * tanh(S * scale / cap) ------------------------------
-        if constexpr (T::kSoftcap) {
-            const float to_unit = params.softmax_scale / params.softcap;
-#pragma unroll
-            for (int i = 0; i < kNTiles * 4; ++i) s_flat[i] = params.softcap * tanh_approx(s_flat[i] * to_unit);
-        }
+        softcap_scores<T::kSoftcap>(s_flat, params);
 
         // ---- mask: only blocks that cross a mask edge or the end of the keys -------------
         {
@@ -188,21 +186,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                                         ? tile == 0
                                         : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
-            if (needs_mask) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = (row_begin + warp_row + h * 8 + quad_row) / kGroup;
-                    const int first = mask.col_begin(row);
-                    const int end = mask.col_end(row);
-#pragma unroll
-                    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                            if (col < first || col >= end) s[0][nt][2 * h + e] = neg_inf();
-                        }
-                }
-            }
+            if (needs_mask) mask_scores(s, mask, rows_at, col_begin);
         }
 
         // ---- online softmax; rescale what O holds so far ---------------------------------
@@ -219,13 +203,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 
         // ---- PV GEMM: O += P V (wgmma, P from registers, V MN-major from shared memory) --
         u32 p[T::kPvSteps][4];
-#pragma unroll
-        for (int ks = 0; ks < T::kPvSteps; ++ks) {
-            p[ks][0] = pack2<kBf16>(s[0][2 * ks][0], s[0][2 * ks][1]);
-            p[ks][1] = pack2<kBf16>(s[0][2 * ks][2], s[0][2 * ks][3]);
-            p[ks][2] = pack2<kBf16>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
-            p[ks][3] = pack2<kBf16>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
-        }
+        pack_p<kBf16>(s, p);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < T::kPvSteps; ++ks) {
@@ -251,34 +229,13 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     float o_norm[2];
     float lse[2];
     float sink_log2[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int row = row_begin + warp_row + r * 8 + quad_row;
-        sink_log2[r] = T::kSinks ? params.sinks[head + row % kGroup] * kLog2e : neg_inf();
-    }
+    sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
     softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
-    using LayoutO = typename T::LayoutO;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = warp_row + h * 8 + quad_row;
-#pragma unroll
-        for (int ot = 0; ot < kOTiles; ++ot) {
-            const int col = ot * 8 + quad_col * 2;
-            *reinterpret_cast<u32*>(o_smem + LayoutO::offset(row, col)) =
-                pack2<kBf16>(o_acc[ot * 4 + 2 * h] * o_norm[h], o_acc[ot * 4 + 2 * h + 1] * o_norm[h]);
-        }
-    }
-    if (quad_col == 0) {
-        float* const lse_gmem = params.lse + seq_out.lse_offset + head * params.lse_head_stride;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = row_begin + warp_row + h * 8 + quad_row;
-            if (row < seq_rows) lse_gmem[(row % kGroup) * params.lse_head_stride + row / kGroup] = lse[h];
-        }
-    }
+    stage_o<kBf16, typename T::LayoutO>(o_smem, o_acc, o_norm, warp_row, rows_at);
+    store_lse(params, seq_out.lse_offset, head, rows_at, seq_rows, lse);
     __syncthreads();
     u16* const o_gmem = static_cast<u16*>(params.o) + seq_out.o_offset + head * params.o_head_stride;
-    store_rows<T::kBlockM, LayoutO, T::kThreads>(
+    store_rows<T::kBlockM, typename T::LayoutO, T::kThreads>(
         [&](int r) {
             const int row = row_begin + r;
             return T::kPackGqa ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride

@@ -1,13 +1,14 @@
 // The Hopper FlashAttention forward kernel, warp-specialised (sm_90a).
 //
 // Warpgroup 0 is the producer: it gives most of its registers back (setmaxnreg) and loads
-// K and V tiles into a ring of kStages slots, by TMA (one thread, tensor maps encoded on
-// the host) or by cp.async (paged K/V, a tile running past the keys); each slot is
-// guarded by a "full" mbarrier (its bytes landed) and an "empty" one (every consumer
-// warp is done reading it). Warpgroups 1 .. kWarpgroups are consumers of 64 query rows each; they never wait
-// on one another except for their turn at the tensor cores:
+// each consumer's Q into its slot and K and V tiles into a ring of kStages slots, by TMA
+// (one thread, tensor maps encoded on the host) or by cp.async (pack-GQA and partial Q,
+// paged K/V, a tile running past the keys); each slot is guarded by a "full" mbarrier
+// (its bytes landed) and an "empty" one (every consumer warp is done reading it).
+// Warpgroups 1 .. kWarpgroups are consumers of 64 query rows each; they never wait on
+// one another except for their turn at the tensor cores:
 //
-//   load      Q: each consumer its own 64 rows (cp.async), once
+//   load      Q: each consumer's 64 rows in its slot, by the producer
 //   QK GEMM   S = Q K^T            wgmma SS from the K slot
 //   mask      only on blocks that straddle a mask edge or the end of the keys
 //   softmax   running max and sum; P = exp2(S * scale_log2 - max * scale_log2)
@@ -18,6 +19,9 @@
 // either, so the softmax of block j runs while the tensor cores finish PV(j - 1).
 // Pingpong (kPingpong): consumers issue their GEMMs in turn (named barriers, round
 // robin), so one warpgroup's softmax runs under the others' GEMMs.
+// Persistent (kPersistent): about one block per SM walks the work tiles; the producer
+// runs ahead into the next tile's Q (as soon as the last QK GEMM, or with O staged in
+// the Q slot the last O store, is done) and K/V while the consumers finish this one.
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -25,6 +29,7 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
+#include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/load.cuh"
 #include "fa4/hopper/pipeline.cuh"
 #include "fa4/hopper/tma.cuh"
@@ -41,10 +46,15 @@ namespace hopper {
 constexpr int kTurnBarrier = 4;
 constexpr int kProducerBarrier = 7;
 
-// k_map and v_map: the TMA kernels' tensor maps over K and V (TmaFwdParams), else null.
+// The tensor maps of the TMA kernels (TmaFwdParams: Q, K and V), else null.
+struct TmaMaps {
+    const TensorMap* q;
+    const TensorMap* k;
+    const TensorMap* v;
+};
+
 template <class Config>
-__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TensorMap* k_map,
-                                                         const TensorMap* v_map) {
+__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps) {
     using T = Traits<Config>;
     constexpr bool kBf16 = T::kIsBf16;
     constexpr int kNTiles = T::kNTiles;
@@ -54,44 +64,72 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     using Mma = Wgmma<T::kBlockN, kBf16>;
     using MmaO = Wgmma<T::kHeadDimV, kBf16>;
     using LayoutQ = WgmmaLayout<64, T::kHeadDim>;   // one consumer's rows
-    using LayoutO = WgmmaLayout<64, T::kHeadDimV>;  // staged where its Q was
-    constexpr int kSmemQOBytes = T::kSmemQO / kConsumers * 2;
+    using LayoutO = WgmmaLayout<64, T::kHeadDimV>;
+    constexpr int kQSlotBytes = T::kSmemQSlot * 2;  // one consumer's Q (and, unless kSeparateO, its O)
+    constexpr int kOSlotBytes = T::kSmemOSlot * 2;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 q_smem_addr = smem_u32(smem_raw);
-    const u32 k_smem_addr = q_smem_addr + T::kSmemQO * 2;
+    const u32 o_smem_addr = q_smem_addr + (T::kSeparateO ? kConsumers * kQSlotBytes : 0);
+    const u32 k_smem_addr = q_smem_addr + (T::kSmemQRegion + T::kSmemORegion) * 2;
     const u32 v_smem_addr = k_smem_addr + kStages * T::kSmemK * 2;
-    // Ring barriers, 8 bytes each: full K, full V, empty K, empty V, kStages of each.
+    auto q_slot = [&](int consumer) { return q_smem_addr + consumer * kQSlotBytes; };
+    // Barriers, 8 bytes each: full K, full V, empty K, empty V (kStages of each), then
+    // full Q and empty Q (one per consumer).
     const u32 bars = q_smem_addr + T::kSmemTilesBytes;
     auto full_k = [&](int slot) { return bars + 8 * slot; };
     auto full_v = [&](int slot) { return bars + 8 * (kStages + slot); };
     auto empty_k = [&](int slot) { return bars + 8 * (2 * kStages + slot); };
     auto empty_v = [&](int slot) { return bars + 8 * (3 * kStages + slot); };
+    auto full_q = [&](int consumer) { return bars + 8 * (4 * kStages + consumer); };
+    auto empty_q = [&](int consumer) { return bars + 8 * (4 * kStages + kConsumers + consumer); };
 
-    // The work tiles: one block's rows of one head of one sequence. A grid of one block
-    // per tile takes its tile from blockIdx (causal: the blocks further down, which see
-    // more keys, first); a persistent grid (unmasked only) strides over them, m-blocks
-    // fastest, so the blocks running together share a head's K/V in L2.
+    // ---- the work tiles: one block's rows of one head of one sequence --------------------
+    // A grid of one block per tile takes its tile from blockIdx (causal: the blocks further
+    // down, which see more keys, first). A persistent grid walks the tiles in rounds of
+    // one per block, snaking (block b takes the b-th tile of even rounds, the b-th from
+    // the end of odd ones). Unmasked and local tiles cost about the same: m-blocks
+    // fastest, so the blocks running together share a few heads' K/V in L2. Causal tiles
+    // do not: the (head, sequence) pairs go in sections of about two rounds' tiles, and
+    // within a section the m-blocks that see the most keys come first, so the snake deals
+    // every block one heavy and one light tile per two rounds.
     const int group = params.heads_q / params.heads_kv;
     const int kGroup = T::kPackGqa ? group : 1;
     const int heads_grid = T::kPackGqa ? params.heads_kv : params.heads_q;
-    const int m_blocks = T::kPersistent ? (params.seqlen_q * kGroup + T::kBlockM - 1) / T::kBlockM : gridDim.x;
-    const int tiles = T::kPersistent ? m_blocks * heads_grid * params.batch : 1;
-    const int first_tile = T::kPersistent ? blockIdx.x : 0;
-    const int tile_stride = T::kPersistent ? gridDim.x : 1;
+    const int m_blocks = T::kPersistent ? ceil_div(params.seqlen_q * kGroup, T::kBlockM) : gridDim.x;
+    const int pairs = heads_grid * params.batch;
+    const int tiles = T::kPersistent ? m_blocks * pairs : 1;
+    const int rounds = T::kPersistent ? ceil_div(tiles, gridDim.x) : 1;
+    const int section_pairs = T::kMask == MaskKind::Causal ? ceil_div(2 * gridDim.x, imax(m_blocks, 1)) : 1;
     struct Work {
         SeqView seq;
         int batch, head, kv_head, rows, row_begin;
         int query_first, query_last, n_end, n_tiles;
+        bool first_by_copy;  // the first K/V tile runs past the keys: cp.async, zero-filled
     };
-    auto work_at = [&](int t) {
+    auto work_at = [&](int round) {
         Work w;
         int m = blockIdx.x, head_idx = blockIdx.y;
         w.batch = blockIdx.z;
         if constexpr (T::kPersistent) {
-            m = t % m_blocks;
-            head_idx = (t / m_blocks) % heads_grid;
-            w.batch = t / (m_blocks * heads_grid);
+            const int t = round * gridDim.x + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+            if (t >= tiles) {  // the last round's blocks past the last tile
+                w.rows = w.row_begin = 0;
+                return w;
+            }
+            int pair;
+            if constexpr (T::kMask == MaskKind::Causal) {
+                const int first_pair = t / (section_pairs * m_blocks) * section_pairs;
+                const int n_pairs = imin(section_pairs, pairs - first_pair);
+                const int local = t - first_pair * m_blocks;
+                pair = first_pair + local % n_pairs;
+                m = local / n_pairs;
+            } else {
+                pair = t / m_blocks;
+                m = t % m_blocks;
+            }
+            head_idx = pair % heads_grid;
+            w.batch = pair / heads_grid;
         }
         const int m_block = T::kMask == MaskKind::Causal ? m_blocks - 1 - m : m;
         w.seq = seq_view<T::kPaged>(params, w.batch);
@@ -103,13 +141,20 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         w.query_last = (imin(w.row_begin + T::kBlockM, w.rows) - 1) / kGroup;
         const Mask<T::kMask> mask{w.seq.seqlen_q, w.seq.seqlen_k, params.window_left, params.window_right};
         w.n_end = mask.n_block_end(w.query_first, w.query_last + 1, T::kBlockN);
-        // A block past its sequence's rows has nothing to do (0 tiles, no epilogue).
-        w.n_tiles = w.row_begin >= w.rows ? 0 : imax(0, w.n_end - mask.n_block_begin(w.query_first, T::kBlockN));
+        w.n_tiles = imax(0, w.n_end - mask.n_block_begin(w.query_first, T::kBlockN));
+        w.first_by_copy = !T::kTma || (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
         return w;
     };
+    // A tile past its sequence's rows has nothing to do (no K/V, no epilogue).
+    auto has_rows = [](const Work& w) { return w.row_begin < w.rows; };
+    Work first_work{};
     if constexpr (!T::kPersistent) {
-        if (work_at(0).row_begin >= work_at(0).rows) return;
+        first_work = work_at(0);
+        if (!has_rows(first_work)) return;
     }
+    // Q by TMA: whole 64-row chunks of a strided Q inside the sequence (rows of the next
+    // sequence are never read, so a packed batch needs no row count); cp.async otherwise.
+    auto q_by_tma = [&](int valid_rows) { return T::kTma && !T::kPackGqa && valid_rows >= 64; };
 
     if (threadIdx.x == 0) {
         for (int slot = 0; slot < kStages; ++slot) {
@@ -118,36 +163,89 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             mbarrier_init(empty_k(slot), 4 * kConsumers);  // every consumer warp
             mbarrier_init(empty_v(slot), 4 * kConsumers);
         }
+        for (int c = 0; c < kConsumers; ++c) {
+            mbarrier_init(full_q(c), 1);
+            mbarrier_init(empty_q(c), 4);  // the consumer's warps
+        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    const int warpgroup = threadIdx.x / 128;
+    const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
     const int tid = threadIdx.x % 128;  // within the warpgroup
 
-    // ---- producer: K and V tiles into the ring ------------------------------------------
+    // ---- producer: Q, then K and V tiles into the ring -----------------------------------
     // Whole tiles of a strided K/V go by TMA, one thread issuing; the first tile when it
     // runs past the keys (its tail zero-filled) and every paged tile go by cp.async, the
     // whole warpgroup copying and the barrier held open until the copies land. `it`
-    // counts key tiles over the block's work tiles: ring slot and phase follow from it.
+    // counts key tiles over the block's work tiles (ring slot and phase), `q_round` the
+    // work tiles (Q's phase).
     if (warpgroup == 0) {
         if constexpr (T::kProducerRegs > 0) registers_release<T::kProducerRegs>();
         if constexpr (T::kTma) {
             if (tid == 0) {
-                tma_prefetch(k_map);
-                tma_prefetch(v_map);
+                tma_prefetch(maps.q);
+                tma_prefetch(maps.k);
+                tma_prefetch(maps.v);
             }
         }
         int it = 0;
-        for (int t = first_tile; t < tiles; t += tile_stride) {
-            const Work w = work_at(t);
+        int q_round = 0;
+        for (int round = 0; round < rounds; ++round) {
+            const Work w = T::kPersistent ? work_at(round) : first_work;
+            if (!has_rows(w)) continue;
+            // The other threads wait here for thread 0 to finish the last work tile's
+            // issues: a barrier is never waited on two phases ahead.
+            if constexpr (T::kTma && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
+            // After the whole warpgroup's cp.async into a slot: the slot's one arrival.
+            auto copies_issued = [&](u32 bar) {
+                cp_async_mbarrier_track(bar);
+                named_barrier_sync(kProducerBarrier, 128);  // every copy is tracked ...
+                if (tid == 0) mbarrier_arrive(bar);         // ... before the one arrival
+            };
+            // TMA coordinates of the sequence: a packed batch is one batch of all rows.
+            const bool packed_q = params.cu_seqlens_q != nullptr;
+            const bool packed_k = params.cu_seqlens_k != nullptr;
+
+            // ---- Q: each consumer's 64 rows, once its last tile's reads are done ----------
+            {
+                const u16* const q_gmem =
+                    static_cast<const u16*>(params.q) + w.seq.q_offset + w.head * params.q_head_stride;
+                for (int c = 0; c < kConsumers; ++c) {
+                    const int row_begin = w.row_begin + 64 * c;
+                    const int valid = w.rows - row_begin;
+                    mbarrier_wait(empty_q(c), (q_round & 1) ^ 1);
+                    if (q_by_tma(valid)) {
+                        if (tid == 0) {
+                            const int row = (packed_q ? params.cu_seqlens_q[w.batch] : 0) + row_begin;
+                            mbarrier_arrive_expect_tx(full_q(c), T::kHeadDim * 64 * 2);
+#pragma unroll
+                            for (int cb = 0; cb < T::kHeadDim / 64; ++cb) {
+                                tma_load_4d(q_slot(c) + cb * 64 * 128, maps.q, full_q(c), cb * 64, row, w.head,
+                                            packed_q ? 0 : w.batch);
+                            }
+                        }
+                    } else {
+                        producer_copy<64, LayoutQ, 128>(q_slot(c), [&](int r) {
+                            const int row = row_begin + r;
+                            return T::kPackGqa ? q_gmem + i64(row / kGroup) * params.q_row_stride +
+                                                     (row % kGroup) * params.q_head_stride
+                                               : q_gmem + i64(row) * params.q_row_stride;
+                        }, q_gmem, valid, tid);
+                        copies_issued(full_q(c));
+                    }
+                }
+                ++q_round;
+            }
+
+            // ---- K and V ------------------------------------------------------------------
             const u16* const k_gmem =
                 static_cast<const u16*>(params.k) + w.seq.k_offset + w.kv_head * params.k_head_stride;
             const u16* const v_gmem =
                 static_cast<const u16*>(params.v) + w.seq.v_offset + w.kv_head * params.v_head_stride;
             const PageTable pages{params.page_table + i64(w.batch) * params.page_table_batch_stride,
                                   params.page_size};
-            auto copy_tile = [&](int tile) {  // cp.async by the whole warpgroup
+            auto copy_tile = [&](int tile) {
                 const int slot = (it + tile) % kStages;
                 const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
                 const int key_begin = (w.n_end - 1 - tile) * T::kBlockN;
@@ -157,30 +255,19 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutK, 128>(
                     k_smem_addr + slot * T::kSmemK * 2, k_gmem, params.k_row_stride, params.k_batch_stride, pages,
                     key_begin, valid, tid);
-                cp_async_mbarrier_track(full_k(slot));
-                named_barrier_sync(kProducerBarrier, 128);      // every copy is tracked ...
-                if (tid == 0) mbarrier_arrive(full_k(slot));  // ... before the one arrival
+                copies_issued(full_k(slot));
                 mbarrier_wait(empty_v(slot), free_parity);
                 producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutV, 128>(
                     v_smem_addr + slot * T::kSmemV * 2, v_gmem, params.v_row_stride, params.v_batch_stride, pages,
                     key_begin, valid, tid);
-                cp_async_mbarrier_track(full_v(slot));
-                named_barrier_sync(kProducerBarrier, 128);
-                if (tid == 0) mbarrier_arrive(full_v(slot));
+                copies_issued(full_v(slot));
             };
             if constexpr (T::kTma) {
-                // The other threads wait here for thread 0 to finish the last work tile's
-                // issues: a slot's barrier is never waited on two phases ahead.
-                if constexpr (T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
-                int first = 0;
-                if (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN) {
-                    copy_tile(0);
-                    first = 1;
-                }
+                const int first = w.first_by_copy ? 1 : 0;
+                if (w.first_by_copy) copy_tile(0);
                 if (tid == 0) {
-                    // TMA coordinates of the sequence: a packed batch is one batch of all rows.
-                    const int row0 = params.cu_seqlens_k != nullptr ? params.cu_seqlens_k[w.batch] : 0;
-                    const int batch_coord = params.cu_seqlens_k != nullptr ? 0 : w.batch;
+                    const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
+                    const int batch_coord = packed_k ? 0 : w.batch;
                     for (int tile = first; tile < w.n_tiles; ++tile) {
                         const int slot = (it + tile) % kStages;
                         const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
@@ -189,14 +276,14 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         mbarrier_arrive_expect_tx(full_k(slot), T::kSmemK * 2);
 #pragma unroll
                         for (int cb = 0; cb < T::kHeadDim / 64; ++cb) {
-                            tma_load_4d(k_smem_addr + slot * T::kSmemK * 2 + cb * T::kBlockN * 128, k_map,
+                            tma_load_4d(k_smem_addr + slot * T::kSmemK * 2 + cb * T::kBlockN * 128, maps.k,
                                         full_k(slot), cb * 64, row, w.kv_head, batch_coord);
                         }
                         mbarrier_wait(empty_v(slot), free_parity);
                         mbarrier_arrive_expect_tx(full_v(slot), T::kSmemV * 2);
 #pragma unroll
                         for (int cb = 0; cb < T::kHeadDimV / 64; ++cb) {
-                            tma_load_4d(v_smem_addr + slot * T::kSmemV * 2 + cb * T::kBlockN * 128, v_map,
+                            tma_load_4d(v_smem_addr + slot * T::kSmemV * 2 + cb * T::kBlockN * 128, maps.v,
                                         full_v(slot), cb * 64, row, w.kv_head, batch_coord);
                         }
                     }
@@ -217,7 +304,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const int lane = tid % 32;
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
-    const u32 q_tile = q_smem_addr + consumer * kSmemQOBytes;
+    const u32 q_tile = q_slot(consumer);
+    u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
+                         (o_smem_addr - q_smem_addr) / 2 + consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2;
     const float score_scale_log2 = T::kSoftcap ? kLog2e : params.scale_log2;
 
     // Turns at the tensor cores, round robin from consumer 0 (the last one lets it start).
@@ -236,40 +325,23 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         if (lane == 0) mbarrier_arrive(bar);
     };
 
-    int it = 0;  // key tiles consumed over the block's work tiles (ring slot and phase)
-    for (int t = first_tile; t < tiles; t += tile_stride) {
-        const Work w = work_at(t);
-        if (w.n_tiles == 0 && w.row_begin >= w.rows) continue;
+    int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)
+    int q_round = 0;  // work tiles (Q's phase)
+    for (int round = 0; round < rounds; ++round) {
+        const Work w = T::kPersistent ? work_at(round) : first_work;
+        if (!has_rows(w)) continue;
         const SeqView& seq = w.seq;
         const int rows = w.rows;
         const int head = w.head;
         const int n_end = w.n_end;
         const int n_tiles = w.n_tiles;
-        const int query_first = w.query_first;
-        const int query_last = w.query_last;
         const Mask<T::kMask> mask{seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right};
         const int wg_row_begin = w.row_begin + consumer * 64;  // this consumer's first row
-        const int warp_row = wg_row_begin + warp * T::kRowsPerWarp;
+        const FragmentRows rows_at{wg_row_begin + warp * T::kRowsPerWarp, kGroup, quad_row, quad_col};
 
-        // ---- load: this consumer's Q rows ------------------------------------------------
-        {
-            const u16* const q_gmem =
-                static_cast<const u16*>(params.q) + seq.q_offset + head * params.q_head_stride;
-            const TileCopy<64, LayoutQ, 128> q_copy(tid);
-            if constexpr (T::kPackGqa) {
-                q_copy.load_rows(q_tile, q_gmem, [&](int r) {
-                    const int row = wg_row_begin + r;
-                    return q_gmem + i64(row / kGroup) * params.q_row_stride + (row % kGroup) * params.q_head_stride;
-                }, rows - wg_row_begin);
-            } else {
-                q_copy.load(q_tile, q_gmem + i64(wg_row_begin) * params.q_row_stride, params.q_row_stride,
-                            rows - wg_row_begin);
-            }
-            cp_async_commit();
-            cp_async_wait<0>();
-            fence_proxy_async();
-            named_barrier_sync(1 + consumer, 128);
-        }
+        // ---- load: this consumer's Q rows, by the producer --------------------------------
+        mbarrier_wait(full_q(consumer), q_round & 1);
+        if (!q_by_tma(rows - wg_row_begin)) fence_proxy_async();  // cp.async's writes before wgmma's reads
 
         float o_acc[kOTiles * 4];
 #pragma unroll
@@ -284,7 +356,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         auto issue_qk = [&](int tile) {
             const int slot = (it + tile) % kStages;
             mbarrier_wait(full_k(slot), ((it + tile) / kStages) & 1);
-            fence_proxy_async();  // cp.async's writes (generic proxy) before wgmma's reads
+            // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
+            if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
             const u32 k_tile = k_smem_addr + slot * T::kSmemK * 2;
             wgmma_fence();
 #pragma unroll
@@ -297,7 +370,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         auto issue_pv = [&](int tile) {
             const int slot = (it + tile) % kStages;
             mbarrier_wait(full_v(slot), ((it + tile) / kStages) & 1);
-            fence_proxy_async();
+            if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
             const u32 v_tile = v_smem_addr + slot * T::kSmemV * 2;
             wgmma_fence();
 #pragma unroll
@@ -308,42 +381,16 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         };
         // ---- soft-capping, mask, online softmax on S (which the QK GEMM has written) --------
         auto scores = [&](int tile, float (&o_scale)[2]) {
-            if constexpr (T::kSoftcap) {
-                const float to_unit = params.softmax_scale / params.softcap;
-#pragma unroll
-                for (int i = 0; i < kNTiles * 4; ++i) s_flat[i] = params.softcap * tanh_approx(s_flat[i] * to_unit);
-            }
+            softcap_scores<T::kSoftcap>(s_flat, params);
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
             const bool needs_mask = T::kMask == MaskKind::None
                                         ? tile == 0
-                                        : mask.block_needs_mask(query_first, query_last, col_begin,
+                                        : mask.block_needs_mask(w.query_first, w.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
-            if (needs_mask) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = (warp_row + h * 8 + quad_row) / kGroup;
-                    const int first = mask.col_begin(row);
-                    const int end = mask.col_end(row);
-#pragma unroll
-                    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                            if (col < first || col >= end) s[0][nt][2 * h + e] = neg_inf();
-                        }
-                }
-            }
+            if (needs_mask) mask_scores(s, mask, rows_at, col_begin);
             softmax.update(s, score_scale_log2, o_scale);
         };
-        auto pack_p = [&] {
-#pragma unroll
-            for (int ks = 0; ks < T::kPvSteps; ++ks) {
-                p[ks][0] = pack2<kBf16>(s[0][2 * ks][0], s[0][2 * ks][1]);
-                p[ks][1] = pack2<kBf16>(s[0][2 * ks][2], s[0][2 * ks][3]);
-                p[ks][2] = pack2<kBf16>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
-                p[ks][3] = pack2<kBf16>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
-            }
-        };
+        auto pack = [&] { pack_p<kBf16>(s, p); };
         auto rescale_o = [&](const float (&o_scale)[2]) {
 #pragma unroll
             for (int ot = 0; ot < kOTiles; ++ot)
@@ -369,7 +416,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 release(empty_k(it % kStages));
                 float o_scale[2];
                 scores(0, o_scale);
-                pack_p();
+                pack();
             }
             for (int tile = 1; tile < n_tiles; ++tile) {
                 take_turn();
@@ -384,8 +431,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 wgmma_wait<0>();
                 pv_done(tile - 1);
                 rescale_o(o_scale);
-                pack_p();
+                pack();
             }
+            // Every QK GEMM is done: the producer may load the next tile's Q.
+            if constexpr (T::kSeparateO) release(empty_q(consumer));
             if (n_tiles > 0) {
                 take_turn();
                 issue_pv(n_tiles - 1);
@@ -404,46 +453,26 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 float o_scale[2];
                 scores(tile, o_scale);
                 rescale_o(o_scale);
-                pack_p();
+                pack();
                 take_turn();
                 issue_pv(tile);
                 pass_turn();
                 wgmma_wait<0>();
                 pv_done(tile);
             }
+            if constexpr (T::kSeparateO) release(empty_q(consumer));
         }
 
         // ---- epilogue: O / rowsum -> shared -> global (16-byte stores); LSE per row -------
-        // This consumer's Q tile takes its O: its own QK GEMMs, the only readers, are done.
-        const int seq_rows = rows;
+        // O is staged in this consumer's own slot: its Q slot (its QK GEMMs, the only
+        // readers, are done) or, with kSeparateO, one of its own.
         float o_norm[2];
         float lse[2];
         float sink_log2[2];
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int row = warp_row + r * 8 + quad_row;
-            sink_log2[r] = T::kSinks ? params.sinks[head + row % kGroup] * kLog2e : neg_inf();
-        }
+        sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
         softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
-        u16* const o_stage = reinterpret_cast<u16*>(smem_raw + consumer * kSmemQOBytes);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = warp * T::kRowsPerWarp + h * 8 + quad_row;
-#pragma unroll
-            for (int ot = 0; ot < kOTiles; ++ot) {
-                const int col = ot * 8 + quad_col * 2;
-                *reinterpret_cast<u32*>(o_stage + LayoutO::offset(row, col)) =
-                    pack2<kBf16>(o_acc[ot * 4 + 2 * h] * o_norm[h], o_acc[ot * 4 + 2 * h + 1] * o_norm[h]);
-            }
-        }
-        if (quad_col == 0) {
-            float* const lse_gmem = params.lse + seq.lse_offset + head * params.lse_head_stride;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = warp_row + h * 8 + quad_row;
-                if (row < seq_rows) lse_gmem[(row % kGroup) * params.lse_head_stride + row / kGroup] = lse[h];
-            }
-        }
+        stage_o<kBf16, LayoutO>(o_stage, o_acc, o_norm, warp * T::kRowsPerWarp, rows_at);
+        store_lse(params, seq.lse_offset, head, rows_at, rows, lse);
         named_barrier_sync(1 + consumer, 128);
         u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;
         store_rows<64, LayoutO, 128>(
@@ -452,12 +481,20 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 return T::kPackGqa ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride
                                    : o_gmem + i64(row) * params.o_row_stride;
             },
-            o_stage, seq_rows - wg_row_begin, tid);
+            o_stage, rows - wg_row_begin, tid);
 
         it += n_tiles;
-        // The next work tile's Q lands where this one's O was staged: every thread of the
-        // consumer is past its reads of it.
-        if constexpr (T::kPersistent) named_barrier_sync(1 + consumer, 128);
+        ++q_round;
+        if constexpr (T::kPersistent) {
+            if constexpr (T::kSeparateO) {
+                // The next tile's O is staged here only once every thread has read this one.
+                named_barrier_sync(1 + consumer, 128);
+            } else {
+                // The next tile's Q lands where this one's O was staged (by the async proxy).
+                fence_proxy_async();
+                release(empty_q(consumer));
+            }
+        }
     }
 }
 

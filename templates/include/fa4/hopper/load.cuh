@@ -33,14 +33,14 @@ __device__ __forceinline__ void load_kv(const Copy& copy, u32 slot, const u16* g
 }
 
 // The same tile by the warp-specialised producer, which setmaxnreg leaves few registers:
-// a loop of 16-byte copies (four chunks in flight per thread) that keeps no per-chunk
+// a loop of 16-byte copies (two chunks in flight per thread) that keeps no per-chunk
 // address live across tiles. Row r of the tile starts at row_ptr(r), asked only for
 // rows < valid; the rest are zero-filled.
 template <int kRows, class Layout, int kThreads, class RowPtr>
 __device__ __forceinline__ void producer_copy(u32 smem_tile, RowPtr row_ptr, const u16* any_row, int valid, int tid) {
     constexpr int kChunksPerRow = Layout::kCols / 8;
     constexpr int kChunks = kRows * kChunksPerRow;
-#pragma unroll 4
+#pragma unroll 2
     for (int chunk = tid; chunk < kChunks; chunk += kThreads) {
         const int r = chunk / kChunksPerRow;
         const int c = (chunk % kChunksPerRow) * 8;

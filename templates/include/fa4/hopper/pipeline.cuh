@@ -48,6 +48,12 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- warp-uniform values ---------------------------------------------------------------
+// A value every lane holds alike, broadcast from lane 0 so that the compiler knows it is
+// warp-uniform and keeps what follows from it (ring slots, shared-memory descriptors) in
+// uniform registers instead of converting each wgmma descriptor with R2UR.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 // ---- register reallocation: the producer gives registers back, consumers take them ------
 template <int kRegs>
 __device__ __forceinline__ void registers_release() {

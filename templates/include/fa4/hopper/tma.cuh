@@ -1,4 +1,4 @@
-// TMA (the tensor memory accelerator, sm_90): K/V tiles copied by one thread's
+// TMA (the tensor memory accelerator, sm_90): Q/K/V tiles copied by one thread's
 // instruction, described by tensor maps that the host encodes per call.
 #pragma once
 
@@ -12,16 +12,17 @@ struct alignas(64) TensorMap {
     u64 opaque[16];
 };
 
-// The argument block of kernels that load K/V by TMA: the common parameters, then one map
-// each over K and V as [batch, rows, heads, head_dim] (a packed varlen batch is one
-// "batch" of all rows), 128-byte swizzle, boxes of 64 columns x kBlockN rows. Mirrored by
-// `fa4_gen::gpu::TmaFwdParams` (Rust).
+// The argument block of kernels that load by TMA: the common parameters, then one map
+// each over Q, K and V as [batch, rows, heads, head_dim] (a packed varlen batch is one
+// "batch" of all rows), 128-byte swizzle, boxes of 64 columns x 64 rows (Q) or kBlockN
+// rows (K, V). Mirrored by `fa4_gen::gpu::TmaFwdParams` (Rust).
 struct TmaFwdParams {
     FwdParams fwd;
+    TensorMap q_map;
     TensorMap k_map;
     TensorMap v_map;
 };
-static_assert(sizeof(FwdParams) <= 256 && sizeof(TmaFwdParams) == 512, "TmaFwdParams must match the host's layout");
+static_assert(sizeof(FwdParams) <= 256 && sizeof(TmaFwdParams) == 640, "TmaFwdParams must match the host's layout");
 
 __device__ __forceinline__ void tma_prefetch(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");

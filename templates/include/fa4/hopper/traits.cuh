@@ -29,6 +29,9 @@ struct Traits {
     // A grid of about one block per SM, each striding over the work tiles, so the
     // producer loads the next tile's K/V while the consumers store this one's O.
     static constexpr bool kPersistent = Config::kPersistent;
+    // Persistent grids with shared memory to spare stage O in a slot of its own, so the
+    // producer loads the next tile's Q as soon as the last QK GEMM is done.
+    static constexpr bool kSeparateO = Config::kSeparateO;
     static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
     static constexpr int kProducerRegs = Config::kProducerRegs;
     static constexpr int kConsumerRegs = Config::kConsumerRegs;
@@ -54,15 +57,21 @@ struct Traits {
     using LayoutQ = WgmmaLayout<kBlockM, kHeadDim>;
     using LayoutK = WgmmaLayout<kBlockN, kHeadDim>;
     using LayoutV = WgmmaLayout<kBlockN, kHeadDimV>;
-    using LayoutO = WgmmaLayout<kBlockM, kHeadDimV>;  // O is staged where Q was
-    static constexpr int kSmemQ = kBlockM * kHeadDim;
-    static constexpr int kSmemO = kBlockM * kHeadDimV;
-    static constexpr int kSmemQO = kSmemQ > kSmemO ? kSmemQ : kSmemO;
+    using LayoutO = WgmmaLayout<kBlockM, kHeadDimV>;  // O is staged where Q was (stage 1)
+    // Per warpgroup: a slot for its 64 rows of Q, which also stages its O unless O has a
+    // slot of its own (kSeparateO).
+    static constexpr int kSmemQSlot = 64 * (kSeparateO || kHeadDim > kHeadDimV ? kHeadDim : kHeadDimV);
+    static constexpr int kSmemOSlot = 64 * kHeadDimV;
+    static constexpr int kSmemQRegion = kWarpgroups * kSmemQSlot;
+    static constexpr int kSmemORegion = kSeparateO ? kWarpgroups * kSmemOSlot : 0;
+    static constexpr int kSmemQO = kSmemQRegion;  // stage 1: the block's Q, then its O
     static constexpr int kSmemK = kBlockN * kHeadDim;  // one stage
     static constexpr int kSmemV = kBlockN * kHeadDimV;
-    static constexpr int kSmemTilesBytes = (kSmemQO + kStages * (kSmemK + kSmemV)) * 2;
-    // + the per-block scalars, or the ring's mbarriers (full and empty, K and V, per stage)
-    static constexpr int kSmemBytes = kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages : 16);
+    static constexpr int kSmemTilesBytes = (kSmemQRegion + kSmemORegion + kStages * (kSmemK + kSmemV)) * 2;
+    // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
+    // per stage) and each consumer's Q slot's (full and empty)
+    static constexpr int kSmemBytes =
+        kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma's N: a multiple of 16, at most 256");
@@ -70,14 +79,14 @@ struct Traits {
     static_assert(kStages >= 1 && kStages <= 2, "1 or 2 K/V stages");
     static_assert(!kPingpong || (kWarpSpecialized && kWarpgroups >= 2), "pingpong takes two or more consumers");
     static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");
-    static_assert(!kPersistent || (kWarpSpecialized && kMask == MaskKind::None),
-                  "the persistent grid is the warp-specialised schedule's, for unmasked attention");
+    static_assert(!kPersistent || kWarpSpecialized, "the persistent grid is the warp-specialised schedule's");
+    static_assert(!kSeparateO || kPersistent, "a slot for O pays only on a persistent grid");
     // Registers move from the producer to the consumers within the block's allotment.
     static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
     static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,
                   "the register split exceeds the block's allotment");
     // Every tile starts on a 1024-byte swizzle atom.
-    static_assert((kSmemQO * 2) % 1024 == 0 && (kSmemK * 2) % 1024 == 0 && (kSmemV * 2) % 1024 == 0,
+    static_assert((kSmemQSlot * 2) % 1024 == 0 && (kSmemOSlot * 2) % 1024 == 0 && (kSmemK * 2) % 1024 == 0 && (kSmemV * 2) % 1024 == 0,
                   "tiles are whole swizzle atoms");
 };
 

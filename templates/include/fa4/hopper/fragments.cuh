@@ -1,0 +1,110 @@
+// What both Hopper schedules do to a warpgroup's fragments between and after the GEMMs:
+// soft-capping and masking S, packing P for the PV GEMM, and the epilogue's staging of O
+// and its LSE. A thread holds, per 16-row slice of its warp, rows `quad_row` and
+// `quad_row + 8` (h = 0, 1) and, per 8-column fragment, columns 2 * quad_col and the next
+// (wgmma.cuh's accumulator layout).
+#pragma once
+
+#include "fa4/common/mask.cuh"
+#include "fa4/common/params.cuh"
+#include "fa4/common/ptx.cuh"
+#include "fa4/common/softmax.cuh"
+
+namespace fa4 {
+namespace hopper {
+
+// Where a thread's fragment rows sit: `first_row` is the warp's first row (block rows,
+// which pack-GQA maps to query row / group), `group` the rows per query row.
+struct FragmentRows {
+    int first_row;
+    int group;
+    int quad_row;
+    int quad_col;
+
+    __device__ __forceinline__ int row(int h) const { return first_row + h * 8 + quad_row; }
+    __device__ __forceinline__ int query(int h) const { return row(h) / group; }
+};
+
+// ---- soft-capping: S = cap * tanh(S * scale / cap); the softmax then scales by log2(e) --
+template <bool kSoftcap, int kN>
+__device__ __forceinline__ void softcap_scores(float (&s)[kN], const FwdParams& params) {
+    if constexpr (kSoftcap) {
+        const float to_unit = params.softmax_scale / params.softcap;
+#pragma unroll
+        for (int i = 0; i < kN; ++i) s[i] = params.softcap * tanh_approx(s[i] * to_unit);
+    }
+}
+
+// ---- mask: -inf where a row may not see a key of the block at col_begin ------------------
+template <MaskKind kMaskKind, int kNTiles>
+__device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mask<kMaskKind>& mask,
+                                            const FragmentRows& at, int col_begin) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int query = at.query(h);
+        const int first = mask.col_begin(query);
+        const int end = mask.col_end(query);
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int col = col_begin + nt * 8 + at.quad_col * 2 + e;
+                if (col < first || col >= end) s[0][nt][2 * h + e] = neg_inf();
+            }
+    }
+}
+
+// ---- P to 16 bits in the A-fragment order of the PV GEMM (k16 steps of two 8-col tiles) --
+template <bool kBf16, int kPvSteps, int kNTiles>
+__device__ __forceinline__ void pack_p(const float (&s)[1][kNTiles][4], u32 (&p)[kPvSteps][4]) {
+    static_assert(kNTiles == 2 * kPvSteps, "two 8-column fragments per k16 step");
+#pragma unroll
+    for (int ks = 0; ks < kPvSteps; ++ks) {
+        p[ks][0] = pack2<kBf16>(s[0][2 * ks][0], s[0][2 * ks][1]);
+        p[ks][1] = pack2<kBf16>(s[0][2 * ks][2], s[0][2 * ks][3]);
+        p[ks][2] = pack2<kBf16>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+        p[ks][3] = pack2<kBf16>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+    }
+}
+
+// ---- epilogue -------------------------------------------------------------------------
+// The sink logit of each fragment row's head (log2 units), or -inf without sinks.
+template <bool kSinks>
+__device__ __forceinline__ void sink_logits(const FwdParams& params, int head, const FragmentRows& at,
+                                            float (&sink_log2)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sink_log2[h] = kSinks ? params.sinks[head + at.row(h) % at.group] * kLog2e : neg_inf();
+}
+
+// O / rowsum into the staging tile (16-bit, `Layout`); `stage_row` is the warp's first
+// row within it.
+template <bool kBf16, class Layout, int kAccs>
+__device__ __forceinline__ void stage_o(u16* stage, const float (&o_acc)[kAccs], const float (&o_norm)[2],
+                                        int stage_row, const FragmentRows& at) {
+    constexpr int kOTiles = kAccs / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = stage_row + h * 8 + at.quad_row;
+#pragma unroll
+        for (int ot = 0; ot < kOTiles; ++ot) {
+            const int col = ot * 8 + at.quad_col * 2;
+            *reinterpret_cast<u32*>(stage + Layout::offset(row, col)) =
+                pack2<kBf16>(o_acc[ot * 4 + 2 * h] * o_norm[h], o_acc[ot * 4 + 2 * h + 1] * o_norm[h]);
+        }
+    }
+}
+
+// LSE of the fragment rows that are rows of the sequence (`rows` of them), one thread per row.
+__device__ __forceinline__ void store_lse(const FwdParams& params, i64 lse_offset, int head, const FragmentRows& at,
+                                          int rows, const float (&lse)[2]) {
+    if (at.quad_col != 0) return;
+    float* const lse_gmem = params.lse + lse_offset + head * params.lse_head_stride;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = at.row(h);
+        if (row < rows) lse_gmem[(row % at.group) * params.lse_head_stride + row / at.group] = lse[h];
+    }
+}
+
+}  // namespace hopper
+}  // namespace fa4
