@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cudarc::driver::{
     CudaFunction, CudaModule, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
 };
-use fa4_spec::{FwdParams, KernelSpec};
+use fa4_spec::{FwdParams, KernelSpec, MaskKind};
 
 use super::{driver, Gpu, GpuError, TmaFwdParams};
 use crate::render::KERNEL_ENTRY;
@@ -237,7 +237,13 @@ pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), Problem
 /// pack-GQA, whose rows are the query heads of one KV head), per sequence. A persistent
 /// kernel gets those work tiles in one dimension and at most `persistent_per_sm` blocks
 /// per SM of the device's `sm_count`, which stride over them.
+///
+/// A causal persistent kernel deals its tiles in sections of whole (head, sequence)
+/// pairs, `ceil(2 * blocks / m_blocks)` pairs each, heaviest m-blocks first, snaking
+/// over two rounds (`kernel_ws.cuh`): its grid is sized so that a section is two rounds
+/// exactly (a few SMs may idle), which pairs every heavy tile with a light one.
 pub fn launch_grid(
+    mask: MaskKind,
     footprint: &Footprint,
     params: &FwdParams,
     sm_count: u32,
@@ -257,7 +263,13 @@ pub fn launch_grid(
     }
     if footprint.persistent_per_sm > 0 {
         let tiles = grid_x * u64::from(heads) * params.batch as u64;
-        let blocks = u64::from(footprint.persistent_per_sm * sm_count.max(1));
+        let mut blocks = u64::from(footprint.persistent_per_sm * sm_count.max(1));
+        if mask == MaskKind::Causal {
+            let section_pairs = (2 * blocks / grid_x).max(1);
+            // Rounded down: the kernel's ceil(2 * blocks / m_blocks) gives back exactly
+            // section_pairs (m_blocks > 1), or all of them (m_blocks = 1).
+            blocks = (section_pairs * grid_x / 2).clamp(1, blocks);
+        }
         return Some((tiles.min(blocks) as u32, 1, 1));
     }
     Some((grid_x as u32, heads, params.batch as u32))
@@ -304,7 +316,9 @@ impl FwdKernel {
     /// Checks the problem, then launches on the GPU's stream (asynchronously).
     pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
-        let Some(grid_dim) = launch_grid(&self.footprint, params, gpu.info.sm_count) else {
+        let Some(grid_dim) =
+            launch_grid(self.spec.mask, &self.footprint, params, gpu.info.sm_count)
+        else {
             return Ok(()); // nothing to compute
         };
         let cfg = LaunchConfig {
@@ -626,35 +640,87 @@ mod tests {
             persistent_per_sm: 0,
         };
         // 100 queries, 8 query heads on 2 KV heads, 2 sequences.
-        assert_eq!(launch_grid(&fp, &good(), 132), Some((1, 8, 2)));
+        assert_eq!(
+            launch_grid(MaskKind::None, &fp, &good(), 132),
+            Some((1, 8, 2))
+        );
         let long = FwdParams {
             seqlen_q: 129,
             ..good()
         };
-        assert_eq!(launch_grid(&fp, &long, 132), Some((2, 8, 2)));
+        assert_eq!(
+            launch_grid(MaskKind::None, &fp, &long, 132),
+            Some((2, 8, 2))
+        );
         // Pack-GQA: 4 query heads per KV head make 400 rows per KV head.
         let packed = Footprint {
             pack_gqa: true,
             ..fp
         };
-        assert_eq!(launch_grid(&packed, &good(), 132), Some((4, 2, 2)));
+        assert_eq!(
+            launch_grid(MaskKind::None, &packed, &good(), 132),
+            Some((4, 2, 2))
+        );
         // Nothing to compute: no launch.
         let empty = FwdParams {
             seqlen_q: 0,
             ..good()
         };
-        assert_eq!(launch_grid(&fp, &empty, 132), None);
+        assert_eq!(launch_grid(MaskKind::None, &fp, &empty, 132), None);
         // Persistent: the work tiles (m-blocks x heads x sequences) in one dimension, at
         // most persistent_per_sm blocks per SM.
         let persistent = Footprint {
             persistent_per_sm: 1,
             ..fp
         };
-        assert_eq!(launch_grid(&persistent, &good(), 132), Some((16, 1, 1)));
-        assert_eq!(launch_grid(&persistent, &good(), 10), Some((10, 1, 1)));
-        assert_eq!(launch_grid(&persistent, &empty, 132), None);
         assert_eq!(
-            launch_grid(&fp, &FwdParams { batch: 0, ..good() }, 132),
+            launch_grid(MaskKind::None, &persistent, &good(), 132),
+            Some((16, 1, 1))
+        );
+        assert_eq!(
+            launch_grid(MaskKind::None, &persistent, &good(), 10),
+            Some((10, 1, 1))
+        );
+        assert_eq!(launch_grid(MaskKind::None, &persistent, &empty, 132), None);
+        // Causal: as many blocks as make a section of whole pairs exactly two rounds.
+        let causal = |seqlen_q, heads_q, sm_count| {
+            let p = FwdParams {
+                seqlen_q,
+                heads_q,
+                heads_kv: heads_q,
+                batch: 8,
+                ..good()
+            };
+            launch_grid(MaskKind::Causal, &persistent, &p, sm_count)
+                .unwrap()
+                .0
+        };
+        // 16 m-blocks: sections of 16 pairs (256 tiles) over 128 of 132 SMs.
+        assert_eq!(causal(2048, 32, 132), 128);
+        // 4 m-blocks: 66 pairs, every SM.
+        assert_eq!(causal(512, 32, 132), 132);
+        // 128 m-blocks: 2 pairs per section.
+        assert_eq!(causal(16384, 32, 132), 128);
+        // 5 m-blocks (odd sections): 52 pairs of 5 tiles, 130 blocks; the kernel's
+        // ceil(2 * 130 / 5) gives back 52.
+        assert_eq!(causal(640, 32, 132), 130);
+        assert_eq!((2 * 130u32).div_ceil(5), 52);
+        // One m-block: every block, as unmasked.
+        assert_eq!(causal(100, 32, 132), 132);
+        // Never more blocks than tiles: one head of one sequence has 16.
+        let one = FwdParams {
+            seqlen_q: 2048,
+            heads_q: 1,
+            heads_kv: 1,
+            batch: 1,
+            ..good()
+        };
+        assert_eq!(
+            launch_grid(MaskKind::Causal, &persistent, &one, 132),
+            Some((16, 1, 1))
+        );
+        assert_eq!(
+            launch_grid(MaskKind::None, &fp, &FwdParams { batch: 0, ..good() }, 132),
             None
         );
     }

@@ -417,8 +417,12 @@ impl Runtime {
             reason: selected.reason,
             launched,
         };
-        let Some((gx, gy, gz)) = launch_grid(&selected.kernel.footprint, &params, device.sm_count)
-        else {
+        let Some((gx, gy, gz)) = launch_grid(
+            selected.kernel.spec.mask,
+            &selected.kernel.footprint,
+            &params,
+            device.sm_count,
+        ) else {
             return Ok(launched(false));
         };
         let kernel = self.kernel(selected.position, device)?;
