@@ -381,3 +381,59 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
     assert!(err.contains("not a fa4-gen tuning database"), "{err}");
     assert_eq!(std::fs::read(other.join("notes.txt")).unwrap(), b"keep me");
 }
+
+/// `explain` says how the kernel it picks runs, and says it of that kernel: the schedule
+/// line follows the config the cache serves (whatever a re-tune picked).
+#[test]
+fn explain_describes_the_schedule_of_the_kernel_it_picks() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
+    let cache = cache.to_str().unwrap();
+    let mut seen_ws = false;
+    for args in [
+        &["--head-dim", "128", "--seqlen", "1024"][..],
+        &["--head-dim", "128", "--seqlen", "16384", "--mask", "none"],
+        &["--head-dim", "64", "--seqlen", "512"],
+        &[
+            "--head-dim",
+            "128",
+            "--seqlen",
+            "4096",
+            "--features",
+            "paged",
+        ],
+        &["--head-dim", "96", "--seqlen", "2048"],
+    ] {
+        let mut all = vec!["explain", "--cache", cache];
+        all.extend_from_slice(args);
+        let out = fa4_gen(dir.path(), &all);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        let line = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .unwrap_or_else(|| panic!("no {key} line: {text}"))
+                .trim()
+                .to_string()
+        };
+        let (config, schedule) = (line("config"), line("schedule"));
+        let ws = config.contains("ws1");
+        seen_ws |= ws;
+        assert_eq!(ws, schedule.starts_with("warp-specialised"), "{text}");
+        assert_eq!(
+            config.contains("persistent1"),
+            schedule.contains("persistent grid"),
+            "{text}"
+        );
+        assert_eq!(
+            !config.contains("persistent1"),
+            schedule.contains("one block per work tile"),
+            "{text}"
+        );
+        // Paged K/V are gathered row by row: never by TMA.
+        if args.contains(&"paged") {
+            assert!(!schedule.contains("TMA"), "{text}");
+        }
+    }
+    assert!(seen_ws, "the Hopper template serves sm90 d128");
+}

@@ -4,13 +4,14 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use fa4_spec::{Arch, Dtype, Features, MaskKind};
+use fa4_spec::{Arch, Dtype, Features, MaskKind, TileConfig};
 
 use super::{load_nvrtc, parse_list, CliError, CliResult};
 use crate::cache;
 use crate::db::{parse_export, Record};
 use crate::render::Renderer;
 use crate::runtime::{KernelCache, Query, Reason};
+use crate::space::{switches, Footprint};
 
 #[derive(Debug, Args)]
 pub struct BuildCacheArgs {
@@ -131,6 +132,49 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
     Ok(())
 }
 
+/// How a kernel runs, in words: its warps' roles, how it loads and how its grid covers
+/// the work tiles.
+fn schedule(config: &TileConfig, fp: &Footprint) -> String {
+    let warpgroups = fp.threads / 128;
+    let warp_specialised = config.switch(switches::WARP_SPECIALIZED, 0) == 1;
+    let mut parts = if warp_specialised {
+        let mut p = vec![format!(
+            "warp-specialised: a producer warpgroup and {} consumer warpgroup{}",
+            warpgroups.saturating_sub(1),
+            if warpgroups == 2 { "" } else { "s" }
+        )];
+        for (switch, what) in [
+            (switches::PINGPONG, "pingpong"),
+            (switches::OVERLAP, "softmax under the previous PV GEMM"),
+        ] {
+            if config.switch(switch, 0) == 1 {
+                p.push(what.to_string());
+            }
+        }
+        p
+    } else {
+        vec![format!(
+            "every warp loads and computes ({} warps)",
+            fp.threads / 32
+        )]
+    };
+    parts.push(match (fp.tma_rows, warp_specialised) {
+        (0, true) => "Q/K/V by the producer's cp.async".to_string(),
+        (0, false) => "Q/K/V by cp.async".to_string(),
+        (keys, _) => format!("Q/K/V by TMA ({keys} keys per tile)"),
+    });
+    parts.push(if fp.persistent_per_sm > 0 {
+        format!(
+            "persistent grid ({} block{} per SM over the work tiles)",
+            fp.persistent_per_sm,
+            if fp.persistent_per_sm == 1 { "" } else { "s" }
+        )
+    } else {
+        "one block per work tile".to_string()
+    });
+    parts.join(", ")
+}
+
 pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
     let usage = |e: fa4_spec::ParseError| CliError::Usage(e.to_string());
     let arch: Arch = a.arch.parse().map_err(usage)?;
@@ -204,6 +248,7 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         k.footprint.smem_bytes,
         k.registers
     );
+    println!("schedule  {}", schedule(&k.config, &k.footprint));
     println!("cubin     {}", a.cache.join(&k.cubin).display());
     println!("why       {why}");
     println!("lookup    {lookup_ns:.0} ns per select (mean of {LOOKUPS}; no GPU, no allocation)");

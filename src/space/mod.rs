@@ -8,6 +8,12 @@
 mod hopper;
 mod portable;
 
+/// The names of the tile switches a config may carry (`TileConfig::switches`).
+pub mod switches {
+    pub use super::hopper::{OVERLAP, PERSISTENT, PINGPONG, WARP_SPECIALIZED};
+    pub use super::portable::PACK_GQA;
+}
+
 use std::fmt;
 use std::str::FromStr;
 
