@@ -326,7 +326,7 @@ impl FwdKernel {
             block_dim: (self.footprint.threads, 1, 1),
             shared_mem_bytes: self.footprint.smem_bytes,
         };
-        // TMA kernels take the tensor maps over K and V after the parameters.
+        // TMA kernels take the tensor maps over Q, K and V after the parameters.
         let (tma_arg, plain_arg);
         let mut launch = gpu.stream().launch_builder(&self.func);
         if self.footprint.tma_rows > 0 {

@@ -427,7 +427,7 @@ impl Runtime {
         };
         let kernel = self.kernel(selected.position, device)?;
         let fp = &selected.kernel.footprint;
-        // TMA kernels take the tensor maps over K and V after the parameters.
+        // TMA kernels take the tensor maps over Q, K and V after the parameters.
         let mut arg = params;
         let mut tma_arg;
         let mut args = [(&mut arg as *mut FwdParams).cast::<c_void>()];

@@ -4,7 +4,7 @@
 //!
 //! A config's `warps` is four per warpgroup, and each warpgroup that computes owns 64
 //! query rows, so `block_m = 16 * warps`; with the warp-specialised schedule one more
-//! warpgroup loads K and V (`block_m = 16 * (warps - 4)`). `block_n` is the N of the QK
+//! warpgroup loads Q, K and V (`block_m = 16 * (warps - 4)`). `block_n` is the N of the QK
 //! wgmma, `head_dim_v` the N of the PV wgmma.
 
 use std::collections::BTreeMap;
@@ -22,15 +22,15 @@ pub(super) const HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128), (192, 192), 
 pub const PACK_GQA: &str = super::portable::PACK_GQA;
 
 /// Switch: the warp-specialised schedule (`kernel_ws.cuh`): a producer warpgroup loads
-/// K/V into an mbarrier ring, the others compute.
+/// Q and K/V into mbarrier-guarded slots, the others compute.
 pub const WARP_SPECIALIZED: &str = "ws";
 /// Switch (warp-specialised): the consumers issue their GEMMs in turn, so one's softmax
 /// runs under the others' GEMMs.
 pub const PINGPONG: &str = "pingpong";
 /// Switch (warp-specialised): issue QK(j) and PV(j - 1) together, softmax(j) under PV(j - 1).
 pub const OVERLAP: &str = "overlap";
-/// Switch (warp-specialised): a persistent grid whose blocks stride over the work tiles,
-/// so the producer loads the next tile's K/V while the consumers store this one's O.
+/// Switch (warp-specialised): a persistent grid whose blocks walk the work tiles, so the
+/// producer loads the next tile's Q and K/V while the consumers finish this one.
 pub const PERSISTENT: &str = "persistent";
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
@@ -149,7 +149,7 @@ fn register_split(spec: &KernelSpec, c: &TileConfig) -> RegisterSplit {
     // 24 spills, page lookups need more); three consumers leave it less, as in FA3
     // (32 + 3 x 160 of 512 threads x 128).
     // A persistent producer also walks the work tiles: as many as for page lookups.
-    let lean = !spec.features.paged_kv && c.switch(PERSISTENT, 0) == 0;
+    let lean = !spec.features.paged_kv && !persistent(c);
     let producer = match (consumers >= 3, lean) {
         (true, true) => 32,
         (true, false) => 40,
@@ -180,8 +180,8 @@ fn separate_o(spec: &KernelSpec, c: &TileConfig) -> bool {
     persistent(c) && smem_bytes_with(spec, c, true) <= spec.arch.max_smem_per_block()
 }
 
-/// The warp-specialised producer loads strided K/V by TMA; pages stay with cp.async
-/// (TMA cannot gather rows).
+/// The warp-specialised producer loads strided K/V (and Q) by TMA; pages stay with
+/// cp.async (TMA cannot gather rows).
 fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
     warp_specialized(c) && !spec.features.paged_kv
 }
@@ -330,7 +330,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         est_registers: regs,
         pack_gqa: c.switch(PACK_GQA, 0) == 1,
         tma_rows: if tma(spec, c) { c.block_n } else { 0 },
-        persistent_per_sm: if ws && c.switch(PERSISTENT, 0) == 1 {
+        persistent_per_sm: if persistent(c) {
             register_split(spec, c).blocks_per_sm
         } else {
             0

@@ -165,9 +165,9 @@ pub struct Footprint {
     /// batch`.
     #[serde(default)]
     pub pack_gqa: bool,
-    /// Kernels that load K/V by TMA: the key rows of one box (block_n), which the host
-    /// encodes into the tensor maps it passes with the arguments (`gpu::TmaFwdParams`);
-    /// 0 for kernels that take `FwdParams` alone.
+    /// Kernels that load by TMA: the key rows of one K/V box (block_n), which the host
+    /// encodes into the tensor maps over Q, K and V it passes with the arguments
+    /// (`gpu::TmaFwdParams`); 0 for kernels that take `FwdParams` alone.
     #[serde(default)]
     pub tma_rows: u32,
     /// Persistent kernels: blocks per SM of a grid that strides over the work tiles
