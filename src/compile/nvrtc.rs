@@ -7,6 +7,7 @@
 //! answer a missing one with an error that says how to install it.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString, OsStr};
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -60,9 +61,11 @@ pub struct Nvrtc {
     api: Api,
     path: String,
     version: (i32, i32),
-    // Kept alive for as long as `api`'s pointers are used.
-    _lib: libloading::Library,
-    _builtins: Option<libloading::Library>,
+    // Never unloaded: `api`'s pointers must stay valid, and NVRTC may leave helper
+    // threads behind its calls. `fa4-gen compile` once died in the test suite with a
+    // jump to an unmapped address, the mark of code unloaded under a running thread.
+    _lib: ManuallyDrop<libloading::Library>,
+    _builtins: ManuallyDrop<Option<libloading::Library>>,
 }
 
 /// What one successful compilation produced.
@@ -179,8 +182,8 @@ impl Nvrtc {
             api,
             path,
             version: (0, 0),
-            _lib: lib,
-            _builtins: builtins,
+            _lib: ManuallyDrop::new(lib),
+            _builtins: ManuallyDrop::new(builtins),
         };
         let (mut major, mut minor) = (0, 0);
         // SAFETY: two valid out-pointers.
