@@ -219,16 +219,27 @@ impl L2Flush {
 
 /// Times one kernel on one cell: warm-up, then each run alone after an L2 flush, for
 /// about `budget_ms` of kernel time (at least 10 runs). Returns sorted milliseconds.
+///
+/// The warm-up is 5 runs and then, with `warmup_ms`, back-to-back runs until that much
+/// kernel time has passed (triton's `do_bench`, which times the peers, warms up for
+/// 50 ms). Without it the first kernel timed after the GPU idled (a new cell's set-up)
+/// read up to 18% faster than the same kernel in a later call: the clocks had not yet
+/// settled to their sustained level.
 pub fn time_kernel(
     gpu: &Gpu,
     kernel: &FwdKernel,
     params: &FwdParams,
     flush: &mut L2Flush,
     budget_ms: f64,
+    warmup_ms: f64,
 ) -> Result<Vec<f64>, GpuError> {
     // Warm-up and a first estimate.
     let first = gpu.time_ms(2, 3, || kernel.launch(gpu, params))?;
     let estimate = first[1].max(1e-3);
+    let settle = (warmup_ms / estimate).ceil() as usize;
+    if settle > 0 {
+        gpu.time_ms(settle.min(10_000), 0, || kernel.launch(gpu, params))?;
+    }
     let runs = ((budget_ms / estimate) as usize).clamp(10, 200);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {

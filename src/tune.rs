@@ -528,6 +528,7 @@ impl Measurer for GpuMeasurer<'_> {
             &problem.params,
             &mut self.flush,
             TIME_BUDGET_MS,
+            0.0, // the recorded policy (timing_policy): no settling time per candidate
         )?;
         let ms = times[times.len() / 2];
         let spread = (times[times.len() - 1] - times[0]) / ms;

@@ -237,6 +237,10 @@ pub struct BenchArgs {
     /// Kernel time spent per (kernel, cell), in milliseconds.
     #[arg(long, default_value_t = 200.0)]
     pub budget_ms: f64,
+    /// Back-to-back runs before the timed ones, in milliseconds of kernel time, so the
+    /// clocks settle (the peers' `do_bench` warms up for 50)
+    #[arg(long, default_value_t = 50.0)]
+    pub warmup_ms: f64,
     /// Build folder to take cubins from (kernels missing there are compiled into it).
     #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
     pub build_dir: PathBuf,
@@ -1158,6 +1162,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     &problem.params,
                     &mut flush,
                     a.budget_ms,
+                    a.warmup_ms,
                 )?;
                 let config = built.candidate.config.tag();
                 let backend = if built.is_default {
