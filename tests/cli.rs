@@ -32,10 +32,10 @@ fn list_json_is_the_whole_space() {
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     // Portable: causal and local specs add 12 warp-skipping candidates to the 72 every
     // spec has; Hopper: 20 stage-1, 11 warp-specialised and 5 persistent candidates per
-    // spec.
+    // spec, and the 12 of those with pingpong and overlap again with lazy rescaling.
     assert_eq!(
         rows.len(),
-        2 * 72 + 4 * 84 + 6 * (20 + 11 + 5),
+        2 * 72 + 4 * 84 + 6 * (20 + 11 + 5 + 12),
         "6 specs (dtype x mask) per template"
     );
     assert_eq!(

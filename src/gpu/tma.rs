@@ -17,12 +17,13 @@ pub struct TmaFwdParams {
     pub q_map: [u64; 16],
     pub k_map: [u64; 16],
     pub v_map: [u64; 16],
+    pub o_map: [u64; 16],
 }
 
-const _: () = assert!(std::mem::size_of::<TmaFwdParams>() == 640);
+const _: () = assert!(std::mem::size_of::<TmaFwdParams>() == 768);
 const _: () = assert!(std::mem::offset_of!(TmaFwdParams, q_map) == 256);
 
-/// Rows of Q per box: one consumer warpgroup's.
+/// Rows of Q (and O) per box: one consumer warpgroup's.
 const Q_BOX_ROWS: u32 = 64;
 
 /// One Q, K or V tensor as TMA sees it: [batch, rows, heads, head_dim], strides in
@@ -36,12 +37,12 @@ struct Tensor {
 }
 
 impl TmaFwdParams {
-    /// Encodes the maps over Q, K and V for `params` (already checked by
+    /// Encodes the maps over Q, K, V and O for `params` (already checked by
     /// `check_problem_for`): boxes of 64 columns (one 128-byte swizzle row) by 64 query
     /// rows or `box_rows` keys. A packed varlen batch is one batch of `batch * max_seqlen`
     /// rows at most; the kernels only ask for whole boxes inside a sequence by TMA (the Q
-    /// rows and the key tile past a sequence's end go by cp.async), so the row bound
-    /// never clips a read and no read leaves the tensors.
+    /// and O rows and the key tile past a sequence's end go by cp.async and plain
+    /// stores), so the row bound never clips a copy and none leaves the tensors.
     pub fn encode(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> Result<Self, CUresult> {
         let packed = |cu_seqlens: u64, seqlen: i32| {
             let seqlen = i64::from(seqlen.max(1));
@@ -74,6 +75,13 @@ impl TmaFwdParams {
             head_stride: params.v_head_stride,
             batch_stride: params.v_batch_stride,
         };
+        let o = Tensor {
+            ptr: params.o,
+            head_dim: spec.head_dim_v,
+            row_stride: params.o_row_stride,
+            head_stride: params.o_head_stride,
+            batch_stride: params.o_batch_stride,
+        };
         let dims_q = (
             rows_q as u64,
             params.heads_q.max(1) as u64,
@@ -90,6 +98,7 @@ impl TmaFwdParams {
             q_map: encode_map(spec.dtype, &q, dims_q, Q_BOX_ROWS)?,
             k_map: encode_map(spec.dtype, &k, dims_kv, box_rows)?,
             v_map: encode_map(spec.dtype, &v, dims_kv, box_rows)?,
+            o_map: encode_map(spec.dtype, &o, dims_q, Q_BOX_ROWS)?,
         })
     }
 }

@@ -54,6 +54,62 @@ __device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mas
     }
 }
 
+// ---- online softmax, optionally with lazy rescaling -------------------------------------
+// OnlineSoftmax (one 16-row slice per warp). With kLazy (FA4's lazy rescaling) a row keeps
+// the max O is scaled to until a key block raises it by more than kLazyRescaleLog2 (log2
+// units), and update() says whether any factor of the thread's differs from 1, so a warp
+// whose rows all kept their max skips the rescale of O. p then stays at most 2^8 (well
+// inside 16 bits), and the sum and the LSE follow the max actually used: the same
+// softmax. Without kLazy the code is OnlineSoftmax's (update() always says "rescale"):
+// testing for an unchanged max cost 2 to 4% at d64, where the softmax is the bottleneck.
+constexpr float kLazyRescaleLog2 = 8.f;
+
+template <int kNTiles, bool kLazy>
+struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
+    using OnlineSoftmax<1, kNTiles>::row_max;
+    using OnlineSoftmax<1, kNTiles>::row_sum;
+
+    // Scores of one key block to unnormalised probabilities, in place; per row the factor
+    // for the output so far. Returns whether a factor of this thread's differs from 1.
+    __device__ __forceinline__ bool update(float (&s)[1][kNTiles][4], float scale_log2, float (&o_scale)[2]) {
+        bool rescales = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = row_max[h];
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+            mx = quad_max(mx);
+            // From -inf the difference is +inf (or NaN while every key so far was masked):
+            // the row takes the new max.
+            if (kLazy && mx * scale_log2 - row_max[h] * scale_log2 <= kLazyRescaleLog2) mx = row_max[h];
+            // A row that has seen only masked keys keeps max = -inf; offset by 0 then, so
+            // every p is exp2(-inf) = 0 instead of NaN from (-inf) - (-inf).
+            const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
+            if constexpr (kLazy) {
+                const bool grew = mx != row_max[h];
+                o_scale[h] = grew ? exp2_approx(row_max[h] * scale_log2 - offset) : 1.f;
+                rescales |= grew;
+            } else {
+                o_scale[h] = exp2_approx(row_max[h] * scale_log2 - offset);
+                rescales = true;
+            }
+            row_max[h] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    const float p = exp2_approx(fmaf(s[0][nt][e], scale_log2, -offset));
+                    s[0][nt][e] = p;
+                    sum += p;
+                }
+            }
+            row_sum[h] = row_sum[h] * o_scale[h] + sum;
+        }
+        return rescales;
+    }
+};
+
 // ---- P to 16 bits in the A-fragment order of the PV GEMM (k16 steps of two 8-col tiles) --
 template <bool kBf16, int kPvSteps, int kNTiles>
 __device__ __forceinline__ void pack_p(const float (&s)[1][kNTiles][4], u32 (&p)[kPvSteps][4]) {

@@ -13,7 +13,8 @@
 //   mask      only on blocks that straddle a mask edge or the end of the keys
 //   softmax   running max and sum; P = exp2(S * scale_log2 - max * scale_log2)
 //   PV GEMM   O = O * rescale + P V   wgmma RS: P from registers, V from the V slot
-//   epilogue  O / rowsum (sink logits join the rowsum) through shared memory; LSE per row
+//   epilogue  O / rowsum (sink logits join the rowsum) through shared memory, out by TMA
+//             where Q came by TMA; LSE per row
 //
 // Overlap (kOverlap): iteration j issues QK(j) and then PV(j - 1) before waiting for
 // either, so the softmax of block j runs while the tensor cores finish PV(j - 1).
@@ -22,6 +23,8 @@
 // Persistent (kPersistent): about one block per SM walks the work tiles; the producer
 // runs ahead into the next tile's Q (as soon as the last QK GEMM, or with O staged in
 // the Q slot the last O store, is done) and K/V while the consumers finish this one.
+// Lazy rescaling (kLazyRescale): O is rescaled only when some row's scores outgrow the
+// max it is scaled to by a factor over 2^8 (fragments.cuh); without it, every key block.
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -46,11 +49,12 @@ namespace hopper {
 constexpr int kTurnBarrier = 4;
 constexpr int kProducerBarrier = 7;
 
-// The tensor maps of the TMA kernels (TmaFwdParams: Q, K and V), else null.
+// The tensor maps of the TMA kernels (TmaFwdParams: Q, K, V and O), else null.
 struct TmaMaps {
     const TensorMap* q;
     const TensorMap* k;
     const TensorMap* v;
+    const TensorMap* o;
 };
 
 template <class Config>
@@ -152,9 +156,15 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         first_work = work_at(0);
         if (!has_rows(first_work)) return;
     }
-    // Q by TMA: whole 64-row chunks of a strided Q inside the sequence (rows of the next
-    // sequence are never read, so a packed batch needs no row count); cp.async otherwise.
+    // Q (and O) by TMA: whole 64-row chunks of a strided Q inside the sequence (rows of
+    // the next sequence are never touched, so a packed batch needs no row count);
+    // cp.async (and the consumers' stores) otherwise.
     auto q_by_tma = [&](int valid_rows) { return T::kTma && !T::kPackGqa && valid_rows >= 64; };
+    // The row coordinate of a sequence's first row in the Q and O maps: a packed batch is
+    // one batch of all rows.
+    const bool packed_q = params.cu_seqlens_q != nullptr;
+    auto q_map_row = [&](const Work& w) { return packed_q ? params.cu_seqlens_q[w.batch] : 0; };
+    auto q_map_batch = [&](const Work& w) { return packed_q ? 0 : w.batch; };
 
     if (threadIdx.x == 0) {
         for (int slot = 0; slot < kStages; ++slot) {
@@ -187,6 +197,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 tma_prefetch(maps.q);
                 tma_prefetch(maps.k);
                 tma_prefetch(maps.v);
+                tma_prefetch(maps.o);
             }
         }
         int it = 0;
@@ -204,7 +215,6 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 if (tid == 0) mbarrier_arrive(bar);         // ... before the one arrival
             };
             // TMA coordinates of the sequence: a packed batch is one batch of all rows.
-            const bool packed_q = params.cu_seqlens_q != nullptr;
             const bool packed_k = params.cu_seqlens_k != nullptr;
 
             // ---- Q: each consumer's 64 rows, once its last tile's reads are done ----------
@@ -217,13 +227,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                     mbarrier_wait(empty_q(c), (q_round & 1) ^ 1);
                     if (q_by_tma(valid)) {
                         if (tid == 0) {
-                            const int row = (packed_q ? params.cu_seqlens_q[w.batch] : 0) + row_begin;
                             mbarrier_arrive_expect_tx(full_q(c), T::kHeadDim * 64 * 2);
-#pragma unroll
-                            for (int cb = 0; cb < T::kHeadDim / 64; ++cb) {
-                                tma_load_4d(q_slot(c) + cb * 64 * 128, maps.q, full_q(c), cb * 64, row, w.head,
-                                            packed_q ? 0 : w.batch);
-                            }
+                            tma_load_tile<T::kHeadDim, 64>(q_slot(c), maps.q, full_q(c), q_map_row(w) + row_begin,
+                                                           w.head, q_map_batch(w));
                         }
                     } else {
                         producer_copy<64, LayoutQ, 128>(q_slot(c), [&](int r) {
@@ -274,18 +280,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
                         mbarrier_wait(empty_k(slot), free_parity);
                         mbarrier_arrive_expect_tx(full_k(slot), T::kSmemK * 2);
-#pragma unroll
-                        for (int cb = 0; cb < T::kHeadDim / 64; ++cb) {
-                            tma_load_4d(k_smem_addr + slot * T::kSmemK * 2 + cb * T::kBlockN * 128, maps.k,
-                                        full_k(slot), cb * 64, row, w.kv_head, batch_coord);
-                        }
+                        tma_load_tile<T::kHeadDim, T::kBlockN>(k_smem_addr + slot * T::kSmemK * 2, maps.k,
+                                                               full_k(slot), row, w.kv_head, batch_coord);
                         mbarrier_wait(empty_v(slot), free_parity);
                         mbarrier_arrive_expect_tx(full_v(slot), T::kSmemV * 2);
-#pragma unroll
-                        for (int cb = 0; cb < T::kHeadDimV / 64; ++cb) {
-                            tma_load_4d(v_smem_addr + slot * T::kSmemV * 2 + cb * T::kBlockN * 128, maps.v,
-                                        full_v(slot), cb * 64, row, w.kv_head, batch_coord);
-                        }
+                        tma_load_tile<T::kHeadDimV, T::kBlockN>(v_smem_addr + slot * T::kSmemV * 2, maps.v,
+                                                                full_v(slot), row, w.kv_head, batch_coord);
                     }
                 }
             } else {
@@ -346,7 +346,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         float o_acc[kOTiles * 4];
 #pragma unroll
         for (int i = 0; i < kOTiles * 4; ++i) o_acc[i] = 0.f;
-        OnlineSoftmax<1, kNTiles> softmax;
+        RescalingSoftmax<kNTiles, T::kLazyRescale> softmax;
         softmax.init();
         float s[1][kNTiles][4];
         float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s[0]);
@@ -380,6 +380,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             wgmma_commit();
         };
         // ---- soft-capping, mask, online softmax on S (which the QK GEMM has written) --------
+        // Returns whether O must be rescaled by o_scale (lazy: the same answer for the
+        // whole warp, so the rescale is skipped without divergence; else always).
         auto scores = [&](int tile, float (&o_scale)[2]) {
             softcap_scores<T::kSoftcap>(s_flat, params);
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
@@ -388,7 +390,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                                         : mask.block_needs_mask(w.query_first, w.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
             if (needs_mask) mask_scores(s, mask, rows_at, col_begin);
-            softmax.update(s, score_scale_log2, o_scale);
+            const bool rescales = softmax.update(s, score_scale_log2, o_scale);
+            return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
         };
         auto pack = [&] { pack_p<kBf16>(s, p); };
         auto rescale_o = [&](const float (&o_scale)[2]) {
@@ -415,7 +418,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 fence_regs(s_flat);
                 release(empty_k(it % kStages));
                 float o_scale[2];
-                scores(0, o_scale);
+                scores(0, o_scale);  // O is still zero: nothing to rescale
                 pack();
             }
             for (int tile = 1; tile < n_tiles; ++tile) {
@@ -427,10 +430,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 fence_regs(s_flat);
                 release(empty_k((it + tile) % kStages));
                 float o_scale[2];
-                scores(tile, o_scale);
+                const bool rescale = scores(tile, o_scale);
                 wgmma_wait<0>();
                 pv_done(tile - 1);
-                rescale_o(o_scale);
+                if (rescale) rescale_o(o_scale);
                 pack();
             }
             // Every QK GEMM is done: the producer may load the next tile's Q.
@@ -451,8 +454,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 fence_regs(s_flat);
                 release(empty_k((it + tile) % kStages));
                 float o_scale[2];
-                scores(tile, o_scale);
-                rescale_o(o_scale);
+                if (scores(tile, o_scale)) rescale_o(o_scale);
                 pack();
                 take_turn();
                 issue_pv(tile);
@@ -463,39 +465,55 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             if constexpr (T::kSeparateO) release(empty_q(consumer));
         }
 
-        // ---- epilogue: O / rowsum -> shared -> global (16-byte stores); LSE per row -------
+        // ---- epilogue: O / rowsum -> shared -> global; LSE per row --------------------------
         // O is staged in this consumer's own slot: its Q slot (its QK GEMMs, the only
-        // readers, are done) or, with kSeparateO, one of its own.
+        // readers, are done) or, with kSeparateO, one of its own, which the last tile's O
+        // may still be leaving: its TMA store must have read it, every thread its rows.
+        // Chunks whose Q came by TMA leave by one thread's TMA store, the others by the
+        // consumer's 16-byte stores.
         float o_norm[2];
         float lse[2];
         float sink_log2[2];
         sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
         softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
+        if constexpr (T::kSeparateO) {
+            if (T::kTma && tid == 0) tma_store_wait_read();
+            named_barrier_sync(1 + consumer, 128);
+        }
         stage_o<kBf16, LayoutO>(o_stage, o_acc, o_norm, warp * T::kRowsPerWarp, rows_at);
         store_lse(params, seq.lse_offset, head, rows_at, rows, lse);
+        const bool o_by_tma = q_by_tma(rows - wg_row_begin);
+        if (o_by_tma) fence_proxy_async();  // the staged O (generic proxy) before the TMA store reads it
         named_barrier_sync(1 + consumer, 128);
-        u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;
-        store_rows<64, LayoutO, 128>(
-            [&](int r) {
-                const int row = wg_row_begin + r;
-                return T::kPackGqa ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride
-                                   : o_gmem + i64(row) * params.o_row_stride;
-            },
-            o_stage, rows - wg_row_begin, tid);
+        if (o_by_tma) {
+            if (tid == 0) {
+                tma_store_tile<T::kHeadDimV, 64>(smem_u32(o_stage), maps.o, q_map_row(w) + wg_row_begin, head,
+                                                 q_map_batch(w));
+            }
+        } else {
+            u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;
+            store_rows<64, LayoutO, 128>(
+                [&](int r) {
+                    const int row = wg_row_begin + r;
+                    return T::kPackGqa
+                               ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride
+                               : o_gmem + i64(row) * params.o_row_stride;
+                },
+                o_stage, rows - wg_row_begin, tid);
+        }
 
         it += n_tiles;
         ++q_round;
-        if constexpr (T::kPersistent) {
-            if constexpr (T::kSeparateO) {
-                // The next tile's O is staged here only once every thread has read this one.
-                named_barrier_sync(1 + consumer, 128);
-            } else {
-                // The next tile's Q lands where this one's O was staged (by the async proxy).
-                fence_proxy_async();
-                release(empty_q(consumer));
-            }
+        if constexpr (T::kPersistent && !T::kSeparateO) {
+            // The next tile's Q lands where this one's O was staged (by the async proxy),
+            // once the TMA store has read it.
+            fence_proxy_async();
+            if (T::kTma && tid == 0) tma_store_wait_read();
+            release(empty_q(consumer));
         }
     }
+    // Shared memory outlives the reads of the last TMA store.
+    if (T::kTma && tid == 0) tma_store_wait_read();
 }
 
 }  // namespace hopper

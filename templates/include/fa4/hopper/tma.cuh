@@ -1,5 +1,5 @@
-// TMA (the tensor memory accelerator, sm_90): Q/K/V tiles copied by one thread's
-// instruction, described by tensor maps that the host encodes per call.
+// TMA (the tensor memory accelerator, sm_90): Q/K/V tiles loaded and O tiles stored by
+// one thread's instruction, described by tensor maps that the host encodes per call.
 #pragma once
 
 #include "fa4/common/params.cuh"
@@ -13,16 +13,17 @@ struct alignas(64) TensorMap {
 };
 
 // The argument block of kernels that load by TMA: the common parameters, then one map
-// each over Q, K and V as [batch, rows, heads, head_dim] (a packed varlen batch is one
-// "batch" of all rows), 128-byte swizzle, boxes of 64 columns x 64 rows (Q) or kBlockN
+// each over Q, K, V and O as [batch, rows, heads, head_dim] (a packed varlen batch is one
+// "batch" of all rows), 128-byte swizzle, boxes of 64 columns x 64 rows (Q, O) or kBlockN
 // rows (K, V). Mirrored by `fa4_gen::gpu::TmaFwdParams` (Rust).
 struct TmaFwdParams {
     FwdParams fwd;
     TensorMap q_map;
     TensorMap k_map;
     TensorMap v_map;
+    TensorMap o_map;
 };
-static_assert(sizeof(FwdParams) <= 256 && sizeof(TmaFwdParams) == 640, "TmaFwdParams must match the host's layout");
+static_assert(sizeof(FwdParams) <= 256 && sizeof(TmaFwdParams) == 768, "TmaFwdParams must match the host's layout");
 
 __device__ __forceinline__ void tma_prefetch(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
@@ -42,6 +43,36 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, u32 b
         "[%6];\n" ::"r"(dst),
         "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(head), "r"(batch), "r"(bar)
         : "memory");
+}
+
+// A tile of kRows rows x kCols columns: kCols / 64 boxes of 64 columns into consecutive
+// column blocks of kRows x 128 bytes (WgmmaLayout's), all completing `bar`'s transfer.
+template <int kCols, int kRows>
+__device__ __forceinline__ void tma_load_tile(u32 dst, const TensorMap* map, u32 bar, int row, int head, int batch) {
+#pragma unroll
+    for (int cb = 0; cb < kCols / 64; ++cb) tma_load_4d(dst + cb * kRows * 128, map, bar, cb * 64, row, head, batch);
+}
+
+// The reverse: a staged tile of kRows rows out to global memory, in one bulk group. The
+// threads that wrote the tile fence it for the async proxy (fence_proxy_async) and meet
+// before one of them issues this.
+template <int kCols, int kRows>
+__device__ __forceinline__ void tma_store_tile(u32 src, const TensorMap* map, int row, int head, int batch) {
+#pragma unroll
+    for (int cb = 0; cb < kCols / 64; ++cb) {
+        asm volatile(
+            "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                reinterpret_cast<u64>(map)),
+            "r"(cb * 64), "r"(row), "r"(head), "r"(batch), "r"(src + cb * kRows * 128)
+            : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Blocks the issuing thread until its bulk stores have read their shared memory (the
+// slot may be written again; the global writes may still be under way).
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
 }
 
 }  // namespace hopper

@@ -32,6 +32,8 @@ struct Traits {
     // Persistent grids with shared memory to spare stage O in a slot of its own, so the
     // producer loads the next tile's Q as soon as the last QK GEMM is done.
     static constexpr bool kSeparateO = Config::kSeparateO;
+    // Lazy rescaling of O (FA4's): only when a row's max grows past a threshold.
+    static constexpr bool kLazyRescale = Config::kLazyRescale;
     static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
     static constexpr int kProducerRegs = Config::kProducerRegs;
     static constexpr int kConsumerRegs = Config::kConsumerRegs;
@@ -76,11 +78,12 @@ struct Traits {
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma's N: a multiple of 16, at most 256");
     static_assert(kHeadDimV <= 256, "wgmma's N: at most 256");
-    static_assert(kStages >= 1 && kStages <= 2, "1 or 2 K/V stages");
+    static_assert(kStages >= 1 && kStages <= (kWarpSpecialized ? 3 : 2), "1 or 2 K/V stages (3 in the producer's ring)");
     static_assert(!kPingpong || (kWarpSpecialized && kWarpgroups >= 2), "pingpong takes two or more consumers");
     static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");
     static_assert(!kPersistent || kWarpSpecialized, "the persistent grid is the warp-specialised schedule's");
     static_assert(!kSeparateO || kPersistent, "a slot for O pays only on a persistent grid");
+    static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
     // Registers move from the producer to the consumers within the block's allotment.
     static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
     static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,
