@@ -26,7 +26,7 @@ const _: () = assert!(std::mem::offset_of!(TmaFwdParams, q_map) == 256);
 /// Rows of Q (and O) per box: one consumer warpgroup's.
 const Q_BOX_ROWS: u32 = 64;
 
-/// One Q, K or V tensor as TMA sees it: [batch, rows, heads, head_dim], strides in
+/// One Q, K, V or O tensor as TMA sees it: [batch, rows, heads, head_dim], strides in
 /// elements.
 struct Tensor {
     ptr: u64,
