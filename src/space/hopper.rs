@@ -35,6 +35,9 @@ pub const PERSISTENT: &str = "persistent";
 /// Switch (warp-specialised): FA4's lazy rescaling, O rescaled only when a row's max
 /// grows by more than 2^8 (without it, whenever a row's max grows at all).
 pub const LAZY_RESCALE: &str = "lazy";
+/// Switch (warp-specialised): FA4's exp2 emulation, every k-th 8-column fragment of P
+/// exponentiated by a polynomial on the FMA pipes instead of the MUFU (value k; 0 off).
+pub const EXP2_EMU: &str = "exp2emu";
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
 const BLOCK_N: &[u32] = &[64, 128, 176];
@@ -107,6 +110,9 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
         })
         .collect();
     out.extend(lazy);
+    // (Exp2 emulation, EXP2_EMU, is offered by check() but not enumerated: on every
+    // pingpong tile it ran 0.86 to 1.0x its twin, with softcap at best 1.02x the cell's
+    // best, bench/NOTES.md.)
     out
 }
 
@@ -193,7 +199,19 @@ fn persistent(c: &TileConfig) -> bool {
 /// producer loads the next tile's Q while the consumers finish this one (otherwise Q
 /// waits for O's store out of its slot).
 fn separate_o(spec: &KernelSpec, c: &TileConfig) -> bool {
-    persistent(c) && smem_bytes_with(spec, c, true) <= spec.arch.max_smem_per_block()
+    persistent(c) && smem_bytes_with(spec, c, true, 1) <= spec.arch.max_smem_per_block()
+}
+
+/// Q slots per consumer: two where O has its own slot and shared memory holds a second
+/// Q, so the producer loads the next tile's Q while this one's is still being read
+/// (with one, the next Q could start only after the last QK GEMM, and the consumers
+/// waited for it at every tile's start).
+fn q_buffers(spec: &KernelSpec, c: &TileConfig) -> u32 {
+    if separate_o(spec, c) && smem_bytes_with(spec, c, true, 2) <= spec.arch.max_smem_per_block() {
+        2
+    } else {
+        1
+    }
 }
 
 /// The warp-specialised producer loads strided K/V (and Q) by TMA; pages stay with
@@ -203,12 +221,12 @@ fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
 }
 
 pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    smem_bytes_with(spec, c, separate_o(spec, c))
+    smem_bytes_with(spec, c, separate_o(spec, c), q_buffers(spec, c))
 }
 
 /// traits.cuh's kSmemBytes: Q slots (which stage O too unless it has its own), the K/V
 /// stages, and the block scalars or the mbarriers.
-fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, separate_o: bool) -> u32 {
+fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, separate_o: bool, q_buffers: u32) -> u32 {
     let q_slot_cols = if separate_o {
         spec.head_dim
     } else {
@@ -223,11 +241,12 @@ fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, separate_o: bool) -> u32 {
     // the K/V ring's mbarriers (full and empty, K and V, per stage) and each consumer's
     // Q slot's (full and empty)
     let extra = if warp_specialized(c) {
-        32 * c.stages + 16 * (c.block_m / 64)
+        32 * c.stages + 16 * (c.block_m / 64) * q_buffers
     } else {
         16
     };
-    (c.block_m * q_slot_cols + o_region + c.stages * kv_stage) * spec.dtype.size() + extra
+    (c.block_m * q_slot_cols * q_buffers + o_region + c.stages * kv_stage) * spec.dtype.size()
+        + extra
 }
 
 /// Registers per thread: the f32 accumulators of O (head_dim_v / 2) and S (block_n / 2),
@@ -265,13 +284,13 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         );
     }
     if !ws
-        && [PINGPONG, OVERLAP, PERSISTENT, LAZY_RESCALE]
+        && [PINGPONG, OVERLAP, PERSISTENT, LAZY_RESCALE, EXP2_EMU]
             .iter()
-            .any(|s| c.switch(s, 0) == 1)
+            .any(|s| c.switch(s, 0) != 0)
     {
         return reject(
             RejectKind::Shape,
-            "pingpong, overlap, persistent and lazy are switches of the warp-specialised schedule"
+            "pingpong, overlap, persistent, lazy and exp2emu are switches of the warp-specialised schedule"
                 .into(),
         );
     }
@@ -470,7 +489,9 @@ pub(super) fn render_values(
         ("tma", json!(fp.tma_rows > 0)),
         ("persistent", json!(fp.persistent_per_sm > 0)),
         ("separate_o", json!(separate_o(spec, c))),
+        ("q_buffers", json!(if ws { q_buffers(spec, c) } else { 1 })),
         ("lazy_rescale", json!(c.switch(LAZY_RESCALE, 0) == 1)),
+        ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
         ("producer_regs", json!(split.producer)),
         ("consumer_regs", json!(split.consumer)),
@@ -582,16 +603,23 @@ mod tests {
         stage1.switches.insert(PINGPONG.to_string(), 1);
         assert_eq!(kind(&stage1), RejectKind::Shape);
         // A persistent grid, one block per SM here, any mask; O gets a slot of its own
-        // where shared memory allows (d128 over 128 keys: 160 + 32 KiB), not at d256.
+        // where shared memory allows, and then each consumer a second Q slot where that
+        // fits too (d128 over 128 keys: 2 x 32 KiB of Q, 32 of O, 128 of K/V), not at d256.
         let mut persistent = ws_config(2, 128, 1, 1, 0);
         persistent.switches.insert(PERSISTENT.to_string(), 1);
         let fp = check(&spec, &persistent).unwrap();
         assert_eq!(fp.persistent_per_sm, 1);
         assert!(separate_o(&spec, &persistent));
+        assert_eq!(q_buffers(&spec, &persistent), 2);
         assert_eq!(
             fp.smem_bytes,
-            (2 * 64 * 128 * 2 + 2 * 128 * 256) * 2 + 64 + 32
+            (2 * 2 * 64 * 128 + 2 * 64 * 128 + 2 * 128 * 256) * 2 + 64 + 2 * 32
         );
+        assert!(fp.smem_bytes <= Arch::Sm90.max_smem_per_block());
+        // Over 176 keys a second Q would not fit beside O's slot.
+        let mut long = ws_config(2, 176, 1, 1, 0);
+        long.switches.insert(PERSISTENT.to_string(), 1);
+        assert_eq!(q_buffers(&spec, &long), 1);
         assert_eq!(check(&spec, &c).unwrap().persistent_per_sm, 0);
         assert!(!separate_o(&spec, &c));
         let d256 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
@@ -599,6 +627,7 @@ mod tests {
         wide.switches.insert(PERSISTENT.to_string(), 1);
         assert!(check(&d256, &wide).is_ok());
         assert!(!separate_o(&d256, &wide));
+        assert_eq!(q_buffers(&d256, &wide), 1);
         // The consumers' registers bound the tiles: 176 keys at d128 fit 232, not 160.
         assert!(check(&spec, &ws_config(2, 176, 1, 1, 0)).is_ok());
         assert_eq!(kind(&ws_config(3, 176, 1, 1, 0)), RejectKind::Registers);

@@ -54,6 +54,35 @@ __device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mas
     }
 }
 
+// ---- exp2 on the FMA and integer pipes (FA4's exp2 emulation) ----------------------------
+// x = n + f with n = round(x) and f in [-0.5, 0.5]: 2^f by a degree-3 polynomial (relative
+// error 1.0e-4, under half a last place of a 16-bit float), and n added to its exponent.
+// Adding 1.5 * 2^23 rounds x to an integer held in the low mantissa bits, which the shift
+// by 23 moves into the exponent field. Clamped at -127, where the two exponents sum to
+// exactly 0: a masked score (-inf) gives 0, as ex2 does.
+__device__ __forceinline__ float exp2_poly(float x) {
+    constexpr float kRound = 12582912.f;
+    x = fmaxf(x, -127.f);
+    const float shifted = x + kRound;
+    const float f = x - (shifted - kRound);
+    float p = fmaf(0.055008746f, f, 0.24221076f);
+    p = fmaf(p, f, 0.6932829f);
+    p = fmaf(p, f, 1.f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
+}
+
+// The MUFU's reciprocal and log2 (ftz), for the epilogue's normalisation.
+__device__ __forceinline__ float rcp_approx(float x) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ float lg2_approx(float x) {
+    float r;
+    asm("lg2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+}
+
 // ---- online softmax, optionally with lazy rescaling -------------------------------------
 // OnlineSoftmax (one 16-row slice per warp). With kLazy (FA4's lazy rescaling) a row keeps
 // the max O is scaled to until a key block raises it by more than kLazyRescaleLog2 (log2
@@ -62,12 +91,18 @@ __device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mas
 // inside 16 bits), and the sum and the LSE follow the max actually used: the same
 // softmax. Without kLazy the code is OnlineSoftmax's (update() always says "rescale"):
 // testing for an unchanged max cost 2 to 4% at d64, where the softmax is the bottleneck.
+// With kExp2EmuEvery = k > 0, every k-th 8-column fragment's exp2 runs on the FMA pipes
+// (exp2_poly) instead of the MUFU, which d64 and soft-capping keep busiest.
 constexpr float kLazyRescaleLog2 = 8.f;
 
-template <int kNTiles, bool kLazy>
+template <int kNTiles, bool kLazy, int kExp2EmuEvery = 0>
 struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     using OnlineSoftmax<1, kNTiles>::row_max;
     using OnlineSoftmax<1, kNTiles>::row_sum;
+
+    static __device__ __forceinline__ bool emulated(int nt) {
+        return kExp2EmuEvery > 0 && nt % kExp2EmuEvery == kExp2EmuEvery - 1;
+    }
 
     // Scores of one key block to unnormalised probabilities, in place; per row the factor
     // for the output so far. Returns whether a factor of this thread's differs from 1.
@@ -99,7 +134,8 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
             for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
                 for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                    const float p = exp2_approx(fmaf(s[0][nt][e], scale_log2, -offset));
+                    const float x = fmaf(s[0][nt][e], scale_log2, -offset);
+                    const float p = emulated(nt) ? exp2_poly(x) : exp2_approx(x);
                     s[0][nt][e] = p;
                     sum += p;
                 }
@@ -107,6 +143,30 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
             row_sum[h] = row_sum[h] * o_scale[h] + sum;
         }
         return rescales;
+    }
+
+    // Per row: the factor that normalises O and the LSE (natural log), as OnlineSoftmax's
+    // finalize() but on the MUFU's approximations (ex2, rcp, lg2; relative errors near
+    // 2^-22) instead of exp2f, division and log2f, whose range checks and slow-path calls
+    // ran on every work tile's tail (ncu, d64 at 512 tokens). Without sinks the sink term
+    // is gone at compile time. A row that saw no key gets factor 0 and LSE -inf, or the
+    // sink's logit.
+    template <bool kSinks>
+    __device__ __forceinline__ void finalize(float scale_log2, const float (&sink_log2_rows)[2], float (&o_scale)[2],
+                                             float (&lse)[2]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float sum = quad_sum(row_sum[h]);
+            const bool seen = sum > 0.f;
+            const float row_top = seen ? row_max[h] * scale_log2 : neg_inf();
+            const float sink_log2 = kSinks ? sink_log2_rows[h] : neg_inf();
+            const float top = kSinks ? fmaxf(row_top, sink_log2) : row_top;  // every exp2 below stays <= 1
+            const float keys = seen ? (kSinks ? exp2_approx(row_top - top) : 1.f) : 0.f;
+            const float total = kSinks ? keys * sum + exp2_approx(sink_log2 - top) : sum;
+            const bool any = top != neg_inf();
+            o_scale[h] = any ? keys * rcp_approx(total) : 0.f;
+            lse[h] = any ? (top + lg2_approx(total)) * kLn2 : neg_inf();
+        }
     }
 };
 

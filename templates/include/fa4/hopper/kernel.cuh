@@ -182,8 +182,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             const int col_begin = n_block * T::kBlockN;
             const BlockScalars scalars = *block_scalars;
             const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
+            // Unmasked: only the first block (the last keys) can run past the keys.
             const bool needs_mask = T::kMask == MaskKind::None
-                                        ? tile == 0
+                                        ? tile == 0 && col_begin + T::kBlockN > scalars.seqlen_k
                                         : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
             if (needs_mask) mask_scores(s, mask, rows_at, col_begin);

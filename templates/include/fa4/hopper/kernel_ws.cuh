@@ -21,8 +21,9 @@
 // Pingpong (kPingpong): consumers issue their GEMMs in turn (named barriers, round
 // robin), so one warpgroup's softmax runs under the others' GEMMs.
 // Persistent (kPersistent): about one block per SM walks the work tiles; the producer
-// runs ahead into the next tile's Q (as soon as the last QK GEMM, or with O staged in
-// the Q slot the last O store, is done) and K/V while the consumers finish this one.
+// runs ahead into the next tile's Q and K/V while the consumers finish this one. The next
+// Q goes into a second Q slot where shared memory holds one (kQBuffers), else into this
+// one's as soon as the last QK GEMM (or, with O staged in the Q slot, O's store) is done.
 // Lazy rescaling (kLazyRescale): O is rescaled only when some row's scores outgrow the
 // max it is scaled to by a factor over 2^8 (fragments.cuh); without it, every key block.
 #pragma once
@@ -74,19 +75,23 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const u32 q_smem_addr = smem_u32(smem_raw);
-    const u32 o_smem_addr = q_smem_addr + (T::kSeparateO ? kConsumers * kQSlotBytes : 0);
+    constexpr int kQBuffers = T::kQBuffers;
+    const u32 o_smem_addr = q_smem_addr + (T::kSeparateO ? kConsumers * kQBuffers * kQSlotBytes : 0);
     const u32 k_smem_addr = q_smem_addr + (T::kSmemQRegion + T::kSmemORegion) * 2;
     const u32 v_smem_addr = k_smem_addr + kStages * T::kSmemK * 2;
-    auto q_slot = [&](int consumer) { return q_smem_addr + consumer * kQSlotBytes; };
+    // Work tile r's Q goes to buffer r % kQBuffers of each consumer's slots.
+    auto q_slot = [&](int consumer, int buffer) { return q_smem_addr + (consumer * kQBuffers + buffer) * kQSlotBytes; };
     // Barriers, 8 bytes each: full K, full V, empty K, empty V (kStages of each), then
-    // full Q and empty Q (one per consumer).
+    // full Q and empty Q (one per consumer and Q buffer).
     const u32 bars = q_smem_addr + T::kSmemTilesBytes;
     auto full_k = [&](int slot) { return bars + 8 * slot; };
     auto full_v = [&](int slot) { return bars + 8 * (kStages + slot); };
     auto empty_k = [&](int slot) { return bars + 8 * (2 * kStages + slot); };
     auto empty_v = [&](int slot) { return bars + 8 * (3 * kStages + slot); };
-    auto full_q = [&](int consumer) { return bars + 8 * (4 * kStages + consumer); };
-    auto empty_q = [&](int consumer) { return bars + 8 * (4 * kStages + kConsumers + consumer); };
+    auto full_q = [&](int consumer, int buffer) { return bars + 8 * (4 * kStages + consumer * kQBuffers + buffer); };
+    auto empty_q = [&](int consumer, int buffer) {
+        return bars + 8 * (4 * kStages + (kConsumers + consumer) * kQBuffers + buffer);
+    };
 
     // ---- the work tiles: one block's rows of one head of one sequence --------------------
     // A grid of one block per tile takes its tile from blockIdx (causal: the blocks further
@@ -111,16 +116,17 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         int query_first, query_last, n_end, n_tiles;
         bool first_by_copy;  // the first K/V tile runs past the keys: cp.async, zero-filled
     };
-    auto work_at = [&](int round) {
-        Work w;
-        int m = blockIdx.x, head_idx = blockIdx.y;
-        w.batch = blockIdx.z;
+    // Where round `round` puts this block: (batch, head or KV head, m-block), the integer
+    // divisions of the schedule; m_block < 0 past the last tile.
+    struct TileCoords {
+        int batch, head_idx, m_block;
+    };
+    auto coords_at = [&](int round) {
+        TileCoords at{int(blockIdx.z), int(blockIdx.y), int(blockIdx.x)};
+        int m = blockIdx.x;
         if constexpr (T::kPersistent) {
             const int t = round * gridDim.x + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-            if (t >= tiles) {  // the last round's blocks past the last tile
-                w.rows = w.row_begin = 0;
-                return w;
-            }
+            if (t >= tiles) return TileCoords{0, 0, -1};  // the last round's blocks past the last tile
             int pair;
             if constexpr (T::kMask == MaskKind::Causal) {
                 const int first_pair = t / (section_pairs * m_blocks) * section_pairs;
@@ -132,13 +138,23 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 pair = t / m_blocks;
                 m = t % m_blocks;
             }
-            head_idx = pair % heads_grid;
-            w.batch = pair / heads_grid;
+            at.head_idx = pair % heads_grid;
+            at.batch = pair / heads_grid;
         }
-        const int m_block = T::kMask == MaskKind::Causal ? m_blocks - 1 - m : m;
+        at.m_block = T::kMask == MaskKind::Causal ? m_blocks - 1 - m : m;
+        return at;
+    };
+    auto work_from = [&](const TileCoords& at) {
+        Work w;
+        if (T::kPersistent && at.m_block < 0) {
+            w.rows = w.row_begin = 0;
+            return w;
+        }
+        const int head_idx = at.head_idx;
+        w.batch = at.batch;
         w.seq = seq_view<T::kPaged>(params, w.batch);
         w.rows = w.seq.seqlen_q * kGroup;
-        w.row_begin = m_block * T::kBlockM;
+        w.row_begin = at.m_block * T::kBlockM;
         w.kv_head = T::kPackGqa ? head_idx : head_idx / group;
         w.head = T::kPackGqa ? w.kv_head * group : head_idx;
         w.query_first = w.row_begin / kGroup;
@@ -149,6 +165,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         w.first_by_copy = !T::kTma || (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
         return w;
     };
+    auto work_at = [&](int round) { return work_from(coords_at(round)); };
     // A tile past its sequence's rows has nothing to do (no K/V, no epilogue).
     auto has_rows = [](const Work& w) { return w.row_begin < w.rows; };
     Work first_work{};
@@ -174,8 +191,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             mbarrier_init(empty_v(slot), 4 * kConsumers);
         }
         for (int c = 0; c < kConsumers; ++c) {
-            mbarrier_init(full_q(c), 1);
-            mbarrier_init(empty_q(c), 4);  // the consumer's warps
+            for (int b = 0; b < kQBuffers; ++b) {
+                mbarrier_init(full_q(c, b), 1);
+                mbarrier_init(empty_q(c, b), 4);  // the consumer's warps
+            }
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -221,24 +240,25 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             {
                 const u16* const q_gmem =
                     static_cast<const u16*>(params.q) + w.seq.q_offset + w.head * params.q_head_stride;
+                const int qb = q_round % kQBuffers;
                 for (int c = 0; c < kConsumers; ++c) {
                     const int row_begin = w.row_begin + 64 * c;
                     const int valid = w.rows - row_begin;
-                    mbarrier_wait(empty_q(c), (q_round & 1) ^ 1);
+                    mbarrier_wait(empty_q(c, qb), ((q_round / kQBuffers) & 1) ^ 1);
                     if (q_by_tma(valid)) {
                         if (tid == 0) {
-                            mbarrier_arrive_expect_tx(full_q(c), T::kHeadDim * 64 * 2);
-                            tma_load_tile<T::kHeadDim, 64>(q_slot(c), maps.q, full_q(c), q_map_row(w) + row_begin,
-                                                           w.head, q_map_batch(w));
+                            mbarrier_arrive_expect_tx(full_q(c, qb), T::kHeadDim * 64 * 2);
+                            tma_load_tile<T::kHeadDim, 64>(q_slot(c, qb), maps.q, full_q(c, qb),
+                                                           q_map_row(w) + row_begin, w.head, q_map_batch(w));
                         }
                     } else {
-                        producer_copy<64, LayoutQ, 128>(q_slot(c), [&](int r) {
+                        producer_copy<64, LayoutQ, 128>(q_slot(c, qb), [&](int r) {
                             const int row = row_begin + r;
                             return T::kPackGqa ? q_gmem + i64(row / kGroup) * params.q_row_stride +
                                                      (row % kGroup) * params.q_head_stride
                                                : q_gmem + i64(row) * params.q_row_stride;
                         }, q_gmem, valid, tid);
-                        copies_issued(full_q(c));
+                        copies_issued(full_q(c, qb));
                     }
                 }
                 ++q_round;
@@ -304,7 +324,6 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const int lane = tid % 32;
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
-    const u32 q_tile = q_slot(consumer);
     u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
                          (o_smem_addr - q_smem_addr) / 2 + consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2;
     const float score_scale_log2 = T::kSoftcap ? kLog2e : params.scale_log2;
@@ -327,9 +346,17 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
 
     int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)
     int q_round = 0;  // work tiles (Q's phase)
+    // A persistent grid places its next work tile (the schedule's integer divisions) under
+    // this tile's last PV GEMM, off the path from one tile to the next, where O has a slot
+    // of its own. Without one (d256, d128 over 176 keys) the registers are short: ptxas
+    // then serialised every wgmma (C7514, 0.63x), so there it waits for the PV GEMM.
+    TileCoords next_at = T::kPersistent ? coords_at(0) : TileCoords{};
     for (int round = 0; round < rounds; ++round) {
-        const Work w = T::kPersistent ? work_at(round) : first_work;
-        if (!has_rows(w)) continue;
+        const Work w = T::kPersistent ? work_from(next_at) : first_work;
+        if (!has_rows(w)) {
+            if constexpr (T::kPersistent) next_at = coords_at(round + 1);
+            continue;
+        }
         const SeqView& seq = w.seq;
         const int rows = w.rows;
         const int head = w.head;
@@ -340,13 +367,15 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         const FragmentRows rows_at{wg_row_begin + warp * T::kRowsPerWarp, kGroup, quad_row, quad_col};
 
         // ---- load: this consumer's Q rows, by the producer --------------------------------
-        mbarrier_wait(full_q(consumer), q_round & 1);
+        const int qb = q_round % kQBuffers;
+        const u32 q_tile = q_slot(consumer, qb);
+        mbarrier_wait(full_q(consumer, qb), (q_round / kQBuffers) & 1);
         if (!q_by_tma(rows - wg_row_begin)) fence_proxy_async();  // cp.async's writes before wgmma's reads
 
         float o_acc[kOTiles * 4];
 #pragma unroll
         for (int i = 0; i < kOTiles * 4; ++i) o_acc[i] = 0.f;
-        RescalingSoftmax<kNTiles, T::kLazyRescale> softmax;
+        RescalingSoftmax<kNTiles, T::kLazyRescale, T::kExp2EmuEvery> softmax;
         softmax.init();
         float s[1][kNTiles][4];
         float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s[0]);
@@ -385,8 +414,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         auto scores = [&](int tile, float (&o_scale)[2]) {
             softcap_scores<T::kSoftcap>(s_flat, params);
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
+            // Unmasked: only the first block (the last keys) can run past the keys.
             const bool needs_mask = T::kMask == MaskKind::None
-                                        ? tile == 0
+                                        ? tile == 0 && col_begin + T::kBlockN > seq.seqlen_k
                                         : mask.block_needs_mask(w.query_first, w.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
             if (needs_mask) mask_scores(s, mask, rows_at, col_begin);
@@ -437,14 +467,18 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 pack();
             }
             // Every QK GEMM is done: the producer may load the next tile's Q.
-            if constexpr (T::kSeparateO) release(empty_q(consumer));
+            if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
             if (n_tiles > 0) {
                 take_turn();
                 issue_pv(n_tiles - 1);
                 pass_turn();
+            }
+            if constexpr (T::kPersistent && T::kSeparateO) next_at = coords_at(round + 1);
+            if (n_tiles > 0) {
                 wgmma_wait<0>();
                 pv_done(n_tiles - 1);
             }
+            if constexpr (T::kPersistent && !T::kSeparateO) next_at = coords_at(round + 1);
         } else {
             for (int tile = 0; tile < n_tiles; ++tile) {
                 take_turn();
@@ -462,7 +496,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 wgmma_wait<0>();
                 pv_done(tile);
             }
-            if constexpr (T::kSeparateO) release(empty_q(consumer));
+            if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
+            if constexpr (T::kPersistent) next_at = coords_at(round + 1);
         }
 
         // ---- epilogue: O / rowsum -> shared -> global; LSE per row --------------------------
@@ -475,7 +510,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         float lse[2];
         float sink_log2[2];
         sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
-        softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
+        softmax.template finalize<T::kSinks>(score_scale_log2, sink_log2, o_norm, lse);
         if constexpr (T::kSeparateO) {
             if (T::kTma && tid == 0) tma_store_wait_read();
             named_barrier_sync(1 + consumer, 128);
@@ -509,7 +544,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             // once the TMA store has read it.
             fence_proxy_async();
             if (T::kTma && tid == 0) tma_store_wait_read();
-            release(empty_q(consumer));
+            release(empty_q(consumer, qb));
         }
     }
     // Shared memory outlives the reads of the last TMA store.

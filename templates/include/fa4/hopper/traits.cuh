@@ -32,8 +32,13 @@ struct Traits {
     // Persistent grids with shared memory to spare stage O in a slot of its own, so the
     // producer loads the next tile's Q as soon as the last QK GEMM is done.
     static constexpr bool kSeparateO = Config::kSeparateO;
+    // With O in a slot of its own, two Q slots per consumer where they fit: the producer
+    // loads the next tile's Q while the consumers still read this one's.
+    static constexpr int kQBuffers = Config::kQBuffers;
     // Lazy rescaling of O (FA4's): only when a row's max grows past a threshold.
     static constexpr bool kLazyRescale = Config::kLazyRescale;
+    // Every k-th 8-column fragment of P exponentiated on the FMA pipes (0: none).
+    static constexpr int kExp2EmuEvery = Config::kExp2EmuEvery;
     static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
     static constexpr int kProducerRegs = Config::kProducerRegs;
     static constexpr int kConsumerRegs = Config::kConsumerRegs;
@@ -60,11 +65,11 @@ struct Traits {
     using LayoutK = WgmmaLayout<kBlockN, kHeadDim>;
     using LayoutV = WgmmaLayout<kBlockN, kHeadDimV>;
     using LayoutO = WgmmaLayout<kBlockM, kHeadDimV>;  // O is staged where Q was (stage 1)
-    // Per warpgroup: a slot for its 64 rows of Q, which also stages its O unless O has a
-    // slot of its own (kSeparateO).
+    // Per warpgroup: kQBuffers slots for its 64 rows of Q, which also stage its O unless O
+    // has a slot of its own (kSeparateO).
     static constexpr int kSmemQSlot = 64 * (kSeparateO || kHeadDim > kHeadDimV ? kHeadDim : kHeadDimV);
     static constexpr int kSmemOSlot = 64 * kHeadDimV;
-    static constexpr int kSmemQRegion = kWarpgroups * kSmemQSlot;
+    static constexpr int kSmemQRegion = kWarpgroups * kQBuffers * kSmemQSlot;
     static constexpr int kSmemORegion = kSeparateO ? kWarpgroups * kSmemOSlot : 0;
     static constexpr int kSmemQO = kSmemQRegion;  // stage 1: the block's Q, then its O
     static constexpr int kSmemK = kBlockN * kHeadDim;  // one stage
@@ -73,7 +78,7 @@ struct Traits {
     // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
     // per stage) and each consumer's Q slot's (full and empty)
     static constexpr int kSmemBytes =
-        kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups : 16);
+        kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma's N: a multiple of 16, at most 256");
@@ -83,7 +88,9 @@ struct Traits {
     static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");
     static_assert(!kPersistent || kWarpSpecialized, "the persistent grid is the warp-specialised schedule's");
     static_assert(!kSeparateO || kPersistent, "a slot for O pays only on a persistent grid");
+    static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs O's own slot");
     static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
+    static_assert(kExp2EmuEvery == 0 || kWarpSpecialized, "exp2 emulation is the warp-specialised schedule's");
     // Registers move from the producer to the consumers within the block's allotment.
     static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
     static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,

@@ -36,10 +36,15 @@ struct WgmmaLayout {
 };
 
 // A shared-memory matrix descriptor: start address, leading- and stride-dimension byte
-// offsets (16-byte units), 128-byte swizzle.
-__device__ __forceinline__ u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride_bytes) {
-    return u64((addr & 0x3FFFF) >> 4) | (u64(leading_bytes >> 4) << 16) | (u64(stride_bytes >> 4) << 32) |
-           (u64(1) << 62);
+// offsets (16-byte units), 128-byte swizzle; for the tile at `tile`, `offset` bytes on (a
+// multiple of 16). The offset is added to the low word after the rest is composed, so
+// the k-steps through one tile share everything but that one add (as the address part
+// was masked per step before, the compiler rebuilt each descriptor: about 6 uniform
+// instructions per wgmma). Shared addresses stay below 256 KiB: the field never carries.
+__device__ __forceinline__ u64 smem_desc(u32 tile, u32 offset, u32 leading_bytes, u32 stride_bytes) {
+    const u32 lo = (((tile & 0x3FFFF) >> 4) | ((leading_bytes >> 4) << 16)) + (offset >> 4);
+    const u32 hi = (stride_bytes >> 4) | (1u << 30);
+    return (u64(hi) << 32) | lo;
 }
 
 // K-major operand (Q or K), k-step ks (16 elements of the head dim) of a tile at `tile`:
@@ -47,14 +52,14 @@ __device__ __forceinline__ u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride
 // Rows step 8 at a time by 1024 bytes (the stride); the leading offset is unused.
 template <class Layout>
 __device__ __forceinline__ u64 k_major_desc(u32 tile, int ks) {
-    return smem_desc(tile + u32(ks >> 2) * Layout::kBlockBytes + u32(ks & 3) * 32, 16, 1024);
+    return smem_desc(tile, u32(ks >> 2) * Layout::kBlockBytes + u32(ks & 3) * 32, 16, 1024);
 }
 
 // MN-major operand (V): keys 16 ks .. 16 ks + 15 along K (8 rows per 1024 bytes), the
 // head dim along N in column blocks kBlockBytes apart (the leading offset).
 template <class Layout>
 __device__ __forceinline__ u64 mn_major_desc(u32 tile, int ks) {
-    return smem_desc(tile + u32(ks) * 16 * 128, Layout::kBlockBytes, 1024);
+    return smem_desc(tile, u32(ks) * 16 * 128, Layout::kBlockBytes, 1024);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
