@@ -641,6 +641,18 @@ mod tests {
         let mut stage1_lazy = config(2, 128, 2);
         stage1_lazy.switches.insert(LAZY_RESCALE.to_string(), 1);
         assert_eq!(kind(&stage1_lazy), RejectKind::Shape);
+        // Exp2 emulation likewise: offered by check() and rendered, never enumerated (it
+        // ran 0.86 to 1.01x its twin on the H200).
+        let mut emulated = ws_config(2, 128, 1, 1, 0);
+        emulated.switches.insert(EXP2_EMU.to_string(), 4);
+        let fp = check(&spec, &emulated).unwrap();
+        let values = render_values(&spec, &emulated, &fp);
+        let rendered = values.iter().find(|(k, _)| *k == "exp2_emu_every").unwrap();
+        assert_eq!(rendered.1, json!(4));
+        assert!(candidates(&spec).iter().all(|c| c.switch(EXP2_EMU, 0) == 0));
+        let mut stage1_emulated = config(2, 128, 2);
+        stage1_emulated.switches.insert(EXP2_EMU.to_string(), 2);
+        assert_eq!(kind(&stage1_emulated), RejectKind::Shape);
         // The producer's ring takes a third stage where shared memory holds it (d128 over
         // 80 keys: 32 + 3 x 40 KiB), the stage-1 schedule does not; d256 over 80 keys
         // would need 264 KiB.
