@@ -28,29 +28,24 @@ impl Resources {
         let (stores, loads) = SPILL_TOLERANCE;
         let tolerated =
             self.spill_stores <= stores && self.spill_loads <= loads && self.stack_frame <= stores;
-        if tolerated {
-            return self
-                .warnings
-                .iter()
-                .find(|w| serialises_wgmma(w))
-                .map(|w| format!("ptxas: {w}"));
+        if !tolerated {
+            // Past the tolerance one of the two is non-zero.
+            return Some(if self.spill_stores > 0 || self.spill_loads > 0 {
+                format!(
+                    "spills registers ({} bytes stored, {} loaded at {} registers)",
+                    self.spill_stores, self.spill_loads, self.registers
+                )
+            } else {
+                format!(
+                    "uses a {}-byte stack frame (local memory)",
+                    self.stack_frame
+                )
+            });
         }
-        if self.spill_stores > 0 || self.spill_loads > 0 {
-            Some(format!(
-                "spills registers ({} bytes stored, {} loaded at {} registers)",
-                self.spill_stores, self.spill_loads, self.registers
-            ))
-        } else if self.stack_frame > 0 {
-            Some(format!(
-                "uses a {}-byte stack frame (local memory)",
-                self.stack_frame
-            ))
-        } else {
-            self.warnings
-                .iter()
-                .find(|w| serialises_wgmma(w))
-                .map(|w| format!("ptxas: {w}"))
-        }
+        self.warnings
+            .iter()
+            .find(|w| serialises_wgmma(w))
+            .map(|w| format!("ptxas: {w}"))
     }
 }
 

@@ -489,7 +489,7 @@ pub(super) fn render_values(
         ("tma", json!(fp.tma_rows > 0)),
         ("persistent", json!(fp.persistent_per_sm > 0)),
         ("separate_o", json!(separate_o(spec, c))),
-        ("q_buffers", json!(if ws { q_buffers(spec, c) } else { 1 })),
+        ("q_buffers", json!(q_buffers(spec, c))),
         ("lazy_rescale", json!(c.switch(LAZY_RESCALE, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
