@@ -68,6 +68,13 @@ pub struct TimingPolicy {
     /// Kernel time spent per measurement; `runs` is the least number of runs.
     #[serde(default)]
     pub budget_ms: f64,
+    /// How many candidates (the default among them) were re-timed in the finals, and
+    /// how long each ran back to back before its finals timing so the clocks settled;
+    /// 0 for records written before the finals.
+    #[serde(default)]
+    pub finalists: u32,
+    #[serde(default)]
+    pub settle_ms: f64,
 }
 
 /// What happened to one candidate.
@@ -75,11 +82,16 @@ pub struct TimingPolicy {
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Measured {
-        /// Median milliseconds, and the spread of the runs (max - min) / median.
+        /// Median milliseconds, and the spread of the runs (max - min) / median, of the
+        /// screening timing (no settling time).
         ms: f64,
         spread: f64,
         tflops: f64,
         registers: u32,
+        /// Median milliseconds of the finals timing, after the clocks settled; None when
+        /// the candidate was no finalist or the finals have not run.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        settled_ms: Option<f64>,
     },
     /// Wrong output, a compile failure, a launch error: kept as data, never a winner.
     Failed { error: String },
@@ -143,29 +155,51 @@ impl Record {
         legacy_key(&self.spec, self.bucket, &self.device)
     }
 
-    /// The fastest measured candidate, if any was measured.
+    /// Whether the finals ran for this record: some candidate has a settled time.
+    pub fn finals_done(&self) -> bool {
+        self.candidates.iter().any(|c| {
+            matches!(
+                c.outcome,
+                Outcome::Measured {
+                    settled_ms: Some(_),
+                    ..
+                }
+            )
+        })
+    }
+
+    /// The time `candidate` ranks by in this record: its settled time once the finals
+    /// ran (None for a candidate without one: it cannot win), its screening time
+    /// before; None for a failed candidate.
+    pub fn ranking_ms(&self, candidate: &Candidate) -> Option<f64> {
+        ranking_ms(candidate, self.finals_done())
+    }
+
+    /// Candidate 0 (the heuristic default) in the metric the winner is chosen by.
+    pub fn default_ms(&self) -> Option<f64> {
+        self.candidates.first().and_then(|c| self.ranking_ms(c))
+    }
+
+    /// The fastest measured candidate and the ms it ranked by: once the finals ran,
+    /// only the finalists with a settled time compete, by that time; before, every
+    /// measured candidate by its screening time. None if nothing was measured.
     pub fn winner(&self) -> Option<(&Candidate, f64)> {
+        let settled = self.finals_done();
         self.candidates
             .iter()
-            .filter_map(|c| match c.outcome {
-                Outcome::Measured { ms, .. } if ms.is_finite() && ms > 0.0 => Some((c, ms)),
-                _ => None,
-            })
+            .filter_map(|c| ranking_ms(c, settled).map(|ms| (c, ms)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
     }
 
-    /// The candidate to serve: the fastest, unless it beats candidate 0 (the heuristic
-    /// default) by less than [`MIN_GAIN`], which is within the run-to-run spread of a
-    /// timing (2 to 3% between device calls, `bench/NOTES.md`); then the default. None
-    /// when nothing was measured.
+    /// The candidate to serve: the winner, unless it beats candidate 0 (the heuristic
+    /// default) by less than [`MIN_GAIN`] in the same metric (both settled once the
+    /// finals ran), which is within the run-to-run spread of a timing (2 to 3% between
+    /// device calls, `bench/NOTES.md`); then the default. None when nothing was
+    /// measured.
     pub fn choice(&self) -> Option<&Candidate> {
         let (winner, ms) = self.winner()?;
-        match self.candidates.first().map(|c| (c, &c.outcome)) {
-            Some((default, Outcome::Measured { ms: default_ms, .. }))
-                if ms * MIN_GAIN > *default_ms =>
-            {
-                Some(default)
-            }
+        match self.default_ms() {
+            Some(default_ms) if ms * MIN_GAIN > default_ms => self.candidates.first(),
             _ => Some(winner),
         }
     }
@@ -175,6 +209,16 @@ impl Record {
     pub fn is_stale(&self, current: impl Fn(crate::space::Template) -> String) -> bool {
         self.template_hash != current(self.template)
     }
+}
+
+/// A candidate's settled time (`settled`) or screening time, if measured.
+fn ranking_ms(candidate: &Candidate, settled: bool) -> Option<f64> {
+    match candidate.outcome {
+        Outcome::Measured { settled_ms, .. } if settled => settled_ms,
+        Outcome::Measured { ms, .. } => Some(ms),
+        Outcome::Failed { .. } => None,
+    }
+    .filter(|ms| ms.is_finite() && *ms > 0.0)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -478,6 +522,8 @@ mod tests {
                 runs: 50,
                 l2_flush: true,
                 budget_ms: 25.0,
+                finalists: 0,
+                settle_ms: 0.0,
             },
             date: "2026-11-30T10:00:00Z".into(),
             candidates: ms
@@ -498,6 +544,7 @@ mod tests {
                             spread: 0.01,
                             tflops: 100.0 / ms,
                             registers: 200,
+                            settled_ms: None,
                         },
                         None => Outcome::Failed {
                             error: "O relative L2 error 1e-1".into(),
@@ -519,6 +566,82 @@ mod tests {
         let r = record(&[None, Some(1.5)], 1024, "H200");
         assert_eq!(r.choice().unwrap().kernel, "k1");
         assert!(record(&[None], 1024, "H200").choice().is_none());
+    }
+
+    /// `record(ms)` with the finals' settled times `settled` (by candidate).
+    fn settle(mut r: Record, settled: &[Option<f64>]) -> Record {
+        for (c, s) in r.candidates.iter_mut().zip(settled) {
+            if let Outcome::Measured { settled_ms, .. } = &mut c.outcome {
+                *settled_ms = *s;
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn once_the_finals_ran_only_settled_times_rank() {
+        // Screening: k2 fastest. Settled: k2 slowest of the finalists, k3 (0.6 in
+        // screening) not a finalist.
+        let screened = record(&[Some(1.0), Some(0.9), Some(0.5), Some(0.6)], 1024, "H200");
+        assert!(!screened.finals_done());
+        assert_eq!(screened.winner().unwrap().0.kernel, "k2");
+        let r = settle(screened, &[Some(0.95), Some(0.8), Some(1.2), None]);
+        assert!(r.finals_done());
+        assert_eq!(
+            r.winner().map(|(c, ms)| (c.kernel.as_str(), ms)),
+            Some(("k1", 0.8))
+        );
+        assert_eq!(r.default_ms(), Some(0.95));
+        assert_eq!(r.ranking_ms(&r.candidates[3]), None, "no finalist, no rank");
+        assert_eq!(r.choice().unwrap().kernel, "k1");
+        // The default is compared settled too: within MIN_GAIN of it, it is served.
+        let r = settle(
+            record(&[Some(1.0), Some(0.5)], 1024, "H200"),
+            &[Some(0.80), Some(0.79)],
+        );
+        assert_eq!(r.winner().unwrap().0.kernel, "k1");
+        assert_eq!(r.choice().unwrap().kernel, "k0", "1% settled is noise");
+        // A default whose finals timing failed is not compared: the winner is served.
+        let r = settle(
+            record(&[Some(1.0), Some(1.1), Some(1.2)], 1024, "H200"),
+            &[None, Some(1.0), Some(0.9)],
+        );
+        assert_eq!(r.default_ms(), None);
+        assert_eq!(r.choice().unwrap().kernel, "k2");
+    }
+
+    #[test]
+    fn records_written_before_the_finals_parse_and_rank_by_screening_time() {
+        let r = record(&[Some(2.0), Some(1.5), None], 4096, "H200");
+        let mut json = serde_json::to_value(&r).unwrap();
+        // What an older fa4-gen wrote: no finals fields anywhere.
+        let timing = json["timing"].as_object_mut().unwrap();
+        timing.remove("finalists").unwrap();
+        timing.remove("settle_ms").unwrap();
+        let text = json.to_string();
+        assert!(
+            !text.contains("settled_ms") && !text.contains("finalists"),
+            "{text}"
+        );
+        let old: Record = serde_json::from_str(&text).unwrap();
+        assert_eq!((old.timing.finalists, old.timing.settle_ms), (0, 0.0));
+        assert!(!old.finals_done());
+        assert_eq!(
+            old.winner().map(|(c, ms)| (c.kernel.as_str(), ms)),
+            Some(("k1", 1.5))
+        );
+        assert_eq!(old.choice().unwrap().kernel, "k1");
+        assert_eq!(old, r);
+        let outcome: Outcome = serde_json::from_str(
+            r#"{"measured":{"ms":1.25,"spread":0.02,"tflops":300.0,"registers":240}}"#,
+        )
+        .unwrap();
+        assert!(matches!(outcome, Outcome::Measured { ms, settled_ms: None, .. } if ms == 1.25));
+        // A settled time is written, and read back.
+        let settled = settle(r, &[Some(1.9), Some(1.4), None]);
+        let text = serde_json::to_string(&settled).unwrap();
+        assert_eq!(text.matches("\"settled_ms\"").count(), 2, "{text}");
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), settled);
     }
 
     #[test]

@@ -8,6 +8,12 @@
 //! another template version is stale and measured afresh (the whole record is replaced,
 //! never mixed). Measuring is behind [`Measurer`]: [`GpuMeasurer`] on a GPU, a scripted
 //! one in the tests of this loop.
+//!
+//! Screening times each candidate once without settling time; then, per key, the
+//! finals re-time [`FINALISTS`] of them (the default and the fastest screened) after
+//! [`SETTLE_MS`] of back-to-back runs, as the benchmark does, and the winner is chosen
+//! by those settled times. Finals resume like screening: a finalist with a settled time
+//! is not timed again (one whose finals timing failed is tried again on the next run).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -34,6 +40,16 @@ pub const PAGE_SIZE: i32 = 16;
 /// Kernel time spent per (candidate, bucket): runs are timed one by one after an L2
 /// flush until this is spent, at least 10 and at most 200 of them.
 pub const TIME_BUDGET_MS: f64 = 25.0;
+/// Candidates per key re-timed in the finals, the default included. Screening times
+/// with two warm-up runs and no settling time, so its readings run 0 to 13% above the
+/// benchmark's (which settles the clocks first) and can rank two close candidates the
+/// wrong way round; settling every candidate of every key would cost too much device
+/// time, so only the few that can win are re-timed.
+pub const FINALISTS: usize = 4;
+/// How long a finalist runs back to back before its finals timing, so the GPU clocks
+/// reach their sustained level: the benchmark's warm-up (`bench::time_kernel`, as
+/// triton's do_bench does for the peers).
+pub const SETTLE_MS: f64 = 50.0;
 /// The standard verify cases every candidate passes before it is timed: odd lengths,
 /// more keys than queries, GQA, ragged varlen batches with empty sequences, prefixes.
 pub const CHECK_CASES: &[&str] = &[
@@ -51,6 +67,8 @@ pub fn timing_policy() -> TimingPolicy {
         runs: 10,
         l2_flush: true,
         budget_ms: TIME_BUDGET_MS,
+        finalists: FINALISTS as u32,
+        settle_ms: SETTLE_MS,
     }
 }
 
@@ -197,16 +215,20 @@ pub enum TuneError {
 /// `Err` ends the tune.
 pub trait Measurer {
     fn check(&mut self, kernel: &TuneKernel) -> Result<Result<(), String>, TuneError>;
+    /// Times `kernel` on `bucket`'s problem after running it back to back for
+    /// `settle_ms` (0 when screening, [`SETTLE_MS`] in the finals).
     fn time(
         &mut self,
         kernel: &TuneKernel,
         bucket: Bucket,
+        settle_ms: f64,
     ) -> Result<Result<Timing, String>, TuneError>;
 }
 
 /// What the loop tells whoever watches it.
 pub trait Progress {
-    /// `planned` more (candidate, bucket) measurements are coming.
+    /// `planned` more (candidate, bucket) measurements are coming, finals included (an
+    /// upper bound: [`FINALISTS`] per key whose finals are not done).
     fn planned(&self, _count: usize) {}
     /// A candidate was checked against the reference: `passed` or not.
     fn checked(&self, _kernel: &TuneKernel, _passed: bool) {}
@@ -219,6 +241,9 @@ pub trait Progress {
         _best: Option<(String, f64)>,
     ) {
     }
+    /// A finalist of `key` was re-timed after settling: its settled ms, None if the
+    /// timing failed.
+    fn finalist(&self, _key: &Key, _kernel: &TuneKernel, _settled_ms: Option<f64>) {}
 }
 
 /// A progress watcher that watches nothing.
@@ -235,6 +260,8 @@ pub struct Counts {
     pub timed: usize,
     pub time_failed: usize,
     pub skipped: usize,
+    /// Finalists re-timed after settling (a failed one counts in `time_failed`).
+    pub finals: usize,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -244,6 +271,7 @@ impl std::ops::AddAssign for Counts {
         self.timed += o.timed;
         self.time_failed += o.time_failed;
         self.skipped += o.skipped;
+        self.finals += o.finals;
     }
 }
 
@@ -258,8 +286,9 @@ pub struct Session<'a> {
 }
 
 /// Tunes the `keys` of one spec with its built `kernels` (the heuristic default first,
-/// so it is candidate 0 of every new record). Returns the counts and whether the
-/// deadline stopped it early.
+/// so it is candidate 0 of every new record): screens every pending (candidate, key)
+/// pair, then runs the finals of every key whose finalists are not all settled.
+/// Returns the counts and whether the deadline stopped it early.
 pub fn tune_spec(
     session: &Session,
     keys: &[Key],
@@ -301,7 +330,29 @@ pub fn tune_spec(
         .map(|k| records.iter().filter(|r| !measured(r, k)).count())
         .sum();
     counts.skipped = kernels.len() * records.len() - pending;
-    progress.planned(pending);
+    let settled_count = |r: &Record| {
+        r.candidates
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c.outcome,
+                    Outcome::Measured {
+                        settled_ms: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    let finals_planned: usize = records
+        .iter()
+        .map(|r| {
+            FINALISTS
+                .min(kernels.len().max(r.candidates.len()))
+                .saturating_sub(settled_count(r))
+        })
+        .sum();
+    progress.planned(pending + finals_planned);
 
     for kernel in kernels {
         let todo: Vec<usize> = (0..records.len())
@@ -327,7 +378,7 @@ pub fn tune_spec(
                 Err(why) => Outcome::Failed {
                     error: format!("wrong output: {why}"),
                 },
-                Ok(()) => match measurer.time(kernel, records[i].bucket)? {
+                Ok(()) => match measurer.time(kernel, records[i].bucket, 0.0)? {
                     Ok(t) => {
                         counts.timed += 1;
                         Outcome::Measured {
@@ -335,6 +386,7 @@ pub fn tune_spec(
                             spread: t.spread,
                             tflops: t.tflops,
                             registers: kernel.built.resources.registers,
+                            settled_ms: None,
                         }
                     }
                     Err(why) => {
@@ -361,7 +413,82 @@ pub fn tune_spec(
             progress.measured(&key, kernel, &outcome, best);
         }
     }
+
+    // The finals: every key's finalists re-timed after settling, each written as it is
+    // timed, like the screening above. A finalist without a settled time (never timed,
+    // or its finals timing failed) is timed on every run until it has one.
+    for record in &mut records {
+        let key = Key {
+            template: record.template,
+            spec: record.spec,
+            bucket: record.bucket,
+        };
+        for i in finalists(record) {
+            if matches!(
+                record.candidates[i].outcome,
+                Outcome::Measured {
+                    settled_ms: Some(_),
+                    ..
+                }
+            ) {
+                continue;
+            }
+            let Some(kernel) = kernels
+                .iter()
+                .find(|k| k.built.id.0 == record.candidates[i].kernel)
+            else {
+                continue; // not built this time: it keeps no settled time
+            };
+            if session.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok((counts, true));
+            }
+            let settled = match measurer.time(kernel, record.bucket, SETTLE_MS)? {
+                Ok(t) => {
+                    counts.finals += 1;
+                    Some(t.ms)
+                }
+                Err(_) => {
+                    counts.time_failed += 1;
+                    None
+                }
+            };
+            if let Outcome::Measured { settled_ms, .. } = &mut record.candidates[i].outcome {
+                *settled_ms = settled;
+            }
+            record.timing.finalists = FINALISTS as u32;
+            record.timing.settle_ms = SETTLE_MS;
+            record.date = crate::timestamp::utc_now();
+            session.db.put(record)?;
+            progress.finalist(&key, kernel, settled);
+        }
+    }
     Ok((counts, false))
+}
+
+/// The indices of `record`'s finalists: candidate 0 (the default) if it was measured,
+/// then the fastest other measured candidates by screening time, [`FINALISTS`] in all
+/// (fewer when fewer were measured). Screening times do not change once measured, so a
+/// resumed run picks the same finalists.
+fn finalists(record: &Record) -> Vec<usize> {
+    let screened = |c: &Candidate| match c.outcome {
+        Outcome::Measured { ms, .. } if ms.is_finite() && ms > 0.0 => Some(ms),
+        _ => None,
+    };
+    let mut out: Vec<usize> = Vec::with_capacity(FINALISTS);
+    if record.candidates.first().and_then(screened).is_some() {
+        out.push(0);
+    }
+    let mut others: Vec<(usize, f64)> = record
+        .candidates
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter_map(|(i, c)| screened(c).map(|ms| (i, ms)))
+        .collect();
+    others.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let room = FINALISTS - out.len();
+    out.extend(others.into_iter().take(room).map(|(i, _)| i));
+    out
 }
 
 /// One line of the closing table: a key's winner against its heuristic default.
@@ -370,9 +497,13 @@ pub struct WinnerRow {
     pub spec: String,
     pub bucket: u32,
     pub default_config: String,
+    /// The default's and the winner's ms in the metric the winner is chosen by: settled
+    /// times once the key's finals ran (`settled`), screening times before.
     pub default_ms: Option<f64>,
     pub winner_config: Option<String>,
     pub winner_ms: Option<f64>,
+    /// Whether the key's finals ran (the ms above are settled times).
+    pub settled: bool,
     /// What a dispatcher serves: the winner, or the default when the winner is within
     /// [`crate::db::MIN_GAIN`] of it.
     pub served_config: Option<String>,
@@ -404,10 +535,7 @@ pub fn winners(
             continue;
         }
         let default = r.candidates.first();
-        let default_ms = default.and_then(|c| match c.outcome {
-            Outcome::Measured { ms, .. } => Some(ms),
-            Outcome::Failed { .. } => None,
-        });
+        let default_ms = r.default_ms();
         let winner = r.winner();
         rows.push(WinnerRow {
             spec: key.spec.tag(),
@@ -416,6 +544,7 @@ pub fn winners(
             default_ms,
             winner_config: winner.map(|(c, _)| c.config.tag()),
             winner_ms: winner.map(|(_, ms)| ms),
+            settled: r.finals_done(),
             served_config: r.choice().map(|c| c.config.tag()),
             speedup: default_ms.zip(winner.map(|w| w.1)).map(|(d, w)| d / w),
             candidates: r.candidates.len(),
@@ -504,6 +633,7 @@ impl Measurer for GpuMeasurer<'_> {
         &mut self,
         k: &TuneKernel,
         bucket: Bucket,
+        settle_ms: f64,
     ) -> Result<Result<Timing, String>, TuneError> {
         let started = Instant::now();
         let spec = k.built.candidate.spec;
@@ -528,7 +658,7 @@ impl Measurer for GpuMeasurer<'_> {
             &problem.params,
             &mut self.flush,
             TIME_BUDGET_MS,
-            0.0, // the recorded policy (timing_policy): no settling time per candidate
+            settle_ms, // the recorded policy (timing_policy): 0 screening, SETTLE_MS finals
         )?;
         let ms = times[times.len() / 2];
         let spread = (times[times.len() - 1] - times[0]) / ms;
@@ -591,12 +721,25 @@ mod tests {
     }
 
     /// Kernel i takes 1 + i/10 ms, except kernel 2, the fastest; `wrong` fails its check.
+    /// Settled (in the finals) kernel i takes its screening time times `settled[i]`
+    /// (1 when not given). `timings` counts screening timings, `finals` the kernels
+    /// timed in the finals, in order.
     struct Scripted {
         wrong: Option<usize>,
         delay: Duration,
         checks: Counter<usize>,
         timings: Counter<usize>,
         ids: Vec<String>,
+        settled: BTreeMap<usize, f64>,
+        /// Screening times (at 1024 tokens) other than the above, by kernel.
+        screened: BTreeMap<usize, f64>,
+        finals: std::cell::RefCell<Vec<usize>>,
+        /// Every finals timing sleeps until then (past a deadline).
+        finals_until: Option<Instant>,
+        /// The finals timing with this index (0-based) ends the run with a GPU error.
+        finals_crash: Option<usize>,
+        /// The finals timing of this kernel fails (kept as data).
+        finals_fail: Option<usize>,
     }
 
     impl Scripted {
@@ -607,7 +750,16 @@ mod tests {
                 checks: Counter::new(0),
                 timings: Counter::new(0),
                 ids: kernels.iter().map(|k| k.built.id.0.clone()).collect(),
+                settled: BTreeMap::new(),
+                screened: BTreeMap::new(),
+                finals: Default::default(),
+                finals_until: None,
+                finals_crash: None,
+                finals_fail: None,
             }
+        }
+        fn finals(&self) -> usize {
+            self.finals.borrow().len()
         }
         fn index(&self, k: &TuneKernel) -> usize {
             self.ids.iter().position(|id| *id == k.built.id.0).unwrap()
@@ -627,12 +779,35 @@ mod tests {
             &mut self,
             k: &TuneKernel,
             bucket: Bucket,
+            settle_ms: f64,
         ) -> Result<Result<Timing, String>, TuneError> {
             std::thread::sleep(self.delay);
-            self.timings.set(self.timings.get() + 1);
             let i = self.index(k);
-            let ms =
-                if i == 2 { 0.5 } else { 1.0 + i as f64 / 10.0 } * bucket.seqlen as f64 / 1024.0;
+            let base = match self.screened.get(&i) {
+                Some(&ms) => ms,
+                None if i == 2 => 0.5,
+                None => 1.0 + i as f64 / 10.0,
+            };
+            let mut ms = base * bucket.seqlen as f64 / 1024.0;
+            if settle_ms > 0.0 {
+                assert_eq!(settle_ms, SETTLE_MS);
+                if self.finals_crash == Some(self.finals()) {
+                    return Err(TuneError::Gpu(GpuError::Driver {
+                        call: "cuLaunchKernel",
+                        message: "CUDA_ERROR_LAUNCH_FAILED".into(),
+                    }));
+                }
+                if let Some(t) = self.finals_until {
+                    std::thread::sleep(t.saturating_duration_since(Instant::now()));
+                }
+                self.finals.borrow_mut().push(i);
+                if self.finals_fail == Some(i) {
+                    return Ok(Err("launch timed out".into()));
+                }
+                ms *= self.settled.get(&i).copied().unwrap_or(1.0);
+            } else {
+                self.timings.set(self.timings.get() + 1);
+            }
             Ok(Ok(Timing {
                 ms,
                 spread: 0.01,
@@ -686,6 +861,11 @@ mod tests {
         assert!(!stopped);
         assert_eq!((counts.checked, counts.check_failed), (5, 1));
         assert_eq!(m.timings.get(), 4 * 2, "the wrong kernel is not timed");
+        assert_eq!(
+            (m.finals(), counts.finals),
+            (4 * 2, 4 * 2),
+            "every right one is a finalist"
+        );
         let records = db.records().unwrap();
         assert_eq!(records.len(), 2);
         for r in &records {
@@ -709,6 +889,7 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].speedup, Some(1.0));
         assert_eq!(rows[0].failed, 1);
+        assert!(rows.iter().all(|r| r.settled));
     }
 
     #[test]
@@ -721,14 +902,22 @@ mod tests {
         run(&db, "h1", &keys, &ks, &mut m, &Silent);
         let mut again = Scripted::new(&ks, None, Duration::ZERO);
         let (counts, _) = run(&db, "h1", &keys, &ks, &mut again, &Silent);
+        assert_eq!(m.finals(), 3);
         assert_eq!(
-            (again.checks.get(), again.timings.get(), counts.skipped),
-            (0, 0, 3)
+            (
+                again.checks.get(),
+                again.timings.get(),
+                again.finals(),
+                counts.finals,
+                counts.skipped
+            ),
+            (0, 0, 0, 0, 3),
+            "nothing at all is measured again, finals included"
         );
         // Another template version: the stale record is replaced whole, not extended.
         let mut fresh = Scripted::new(&ks, None, Duration::ZERO);
         run(&db, "h2", &keys, &ks, &mut fresh, &Silent);
-        assert_eq!(fresh.timings.get(), 3);
+        assert_eq!((fresh.timings.get(), fresh.finals()), (3, 3));
         let r = &db.records().unwrap()[0];
         assert_eq!((r.template_hash.as_str(), r.candidates.len()), ("h2", 3));
     }
@@ -751,9 +940,11 @@ mod tests {
         assert!(stopped);
         let done = m.timings.get();
         assert!((1..8).contains(&done), "{done}");
+        assert_eq!(m.finals(), 0, "the finals come after the screening");
         let mut rest = Scripted::new(&ks, None, Duration::ZERO);
         run(&db, "h1", &keys, &ks, &mut rest, &Silent);
         assert_eq!(rest.timings.get(), 8 - done);
+        assert_eq!(rest.finals(), 2 * FINALISTS);
     }
 
     /// Prints a line per measurement, for the parent of `tune_child` to count.
@@ -824,11 +1015,171 @@ mod tests {
             12 - kept,
             "only what the kill lost is measured again"
         );
+        assert_eq!(rest.finals(), 2 * FINALISTS, "then the finals of both keys");
         for r in db.records().unwrap() {
             let ids: Vec<&str> = r.candidates.iter().map(|c| c.kernel.as_str()).collect();
             let want: Vec<&str> = ks.iter().map(|k| k.built.id.0.as_str()).collect();
             assert_eq!(ids, want, "each candidate once, the default first");
         }
+    }
+
+    /// `(kernel index, settled ms)` of each candidate of `r` with a settled time.
+    fn settled_of(r: &Record, ks: &[TuneKernel]) -> Vec<(usize, f64)> {
+        r.candidates
+            .iter()
+            .filter_map(|c| match c.outcome {
+                Outcome::Measured {
+                    settled_ms: Some(s),
+                    ..
+                } => Some((ks.iter().position(|k| k.built.id.0 == c.kernel).unwrap(), s)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_finals_can_reverse_the_screening_order() {
+        let ks = kernels(5);
+        let keys = keys(&[1024]);
+        // Screening: k2 0.5 (fastest), k0 1.0, k1 1.1, k3 1.3, k4 1.4 ms. Settled, k2
+        // is the slowest finalist (2.5) and k1 the fastest (0.88).
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.settled = BTreeMap::from([(2, 5.0), (1, 0.8)]);
+        let (counts, stopped) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
+        assert!(!stopped);
+        assert_eq!(counts.finals, FINALISTS);
+        let r = &db.records().unwrap()[0];
+        assert_eq!((r.timing.finalists, r.timing.settle_ms), (4, SETTLE_MS));
+        let by_screening = Record {
+            candidates: r
+                .candidates
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    if let Outcome::Measured { settled_ms, .. } = &mut c.outcome {
+                        *settled_ms = None;
+                    }
+                    c
+                })
+                .collect(),
+            ..r.clone()
+        };
+        assert_eq!(by_screening.choice().unwrap().kernel, ks[2].built.id.0);
+        let (winner, ms) = r.winner().unwrap();
+        assert_eq!(winner.kernel, ks[1].built.id.0, "settled, k1 wins");
+        assert!((ms - 0.88).abs() < 1e-9, "{ms}");
+        assert_eq!(r.choice().unwrap().kernel, ks[1].built.id.0);
+        let current = |_: Template| "h1".to_string();
+        let row = &winners(&db, &device(), &keys, &current).unwrap()[0];
+        assert!(row.settled);
+        assert_eq!(row.default_ms, Some(1.0));
+        assert_eq!(row.winner_ms, Some(ms));
+        assert_eq!(
+            row.served_config.as_deref(),
+            Some(ks[1].built.candidate.config.tag().as_str())
+        );
+
+        // Settled, the screening winner is no faster than the default: the default is
+        // served. A finalist whose finals timing fails cannot win, and is counted.
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.settled = BTreeMap::from([(2, 2.0)]);
+        m.finals_fail = Some(1);
+        let (counts, _) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
+        assert_eq!((counts.finals, counts.time_failed), (FINALISTS - 1, 1));
+        let r = &db.records().unwrap()[0];
+        assert_eq!(settled_of(r, &ks), vec![(0, 1.0), (2, 1.0), (3, 1.3)]);
+        assert_eq!(r.winner().unwrap().0.kernel, ks[0].built.id.0);
+        assert_eq!(r.choice().unwrap().kernel, ks[0].built.id.0);
+    }
+
+    #[test]
+    fn only_the_finalists_are_timed_again_the_default_always_among_them() {
+        let ks = kernels(6);
+        let keys = keys(&[512, 4096]);
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        // The default screens slowest: a finalist all the same, with the three fastest.
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.screened = BTreeMap::from([(0, 3.0)]);
+        let (counts, _) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
+        assert_eq!(counts.timed, 6 * 2);
+        assert_eq!((counts.finals, m.finals()), (FINALISTS * 2, FINALISTS * 2));
+        let mut timed = m.finals.borrow().clone();
+        timed.sort();
+        assert_eq!(timed, vec![0, 0, 1, 1, 2, 2, 3, 3]);
+        for r in db.records().unwrap() {
+            let settled: Vec<usize> = settled_of(&r, &ks).into_iter().map(|s| s.0).collect();
+            assert_eq!(settled, vec![0, 1, 2, 3], "k4 and k5 are not re-timed");
+        }
+        // A default that fails its check is no finalist: the four fastest others are.
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let mut m = Scripted::new(&ks, Some(0), Duration::ZERO);
+        run(&db, "h1", &keys, &ks, &mut m, &Silent);
+        for r in db.records().unwrap() {
+            let settled: Vec<usize> = settled_of(&r, &ks).into_iter().map(|s| s.0).collect();
+            assert_eq!(settled, vec![1, 2, 3, 4]);
+        }
+    }
+
+    #[test]
+    fn a_deadline_or_a_crash_in_the_finals_resumes_with_the_missing_finalists() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let ks = kernels(6);
+        let keys = keys(&[512, 4096]);
+        let current = |_: Template| "h1".to_string();
+        let settled = |db: &TuningDb| -> usize {
+            db.records()
+                .unwrap()
+                .iter()
+                .map(|r| settled_of(r, &ks).len())
+                .sum()
+        };
+        // The deadline passes while the first finalist is timed: the screening is
+        // whole, one finalist is settled.
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        let session = Session {
+            db: &db,
+            device: device(),
+            template_hash: &current,
+            deadline: Some(deadline),
+        };
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.finals_until = Some(deadline);
+        let (counts, stopped) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
+        assert!(stopped);
+        assert_eq!((m.timings.get(), m.finals(), counts.finals), (12, 1, 1));
+        assert_eq!(settled(&db), 1);
+        // The GPU fails at the third finals timing of the next run: two more kept.
+        let session = Session {
+            deadline: None,
+            ..session
+        };
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.finals_crash = Some(2);
+        assert!(matches!(
+            tune_spec(&session, &keys, &ks, &mut m, &Silent),
+            Err(TuneError::Gpu(_))
+        ));
+        assert_eq!((m.checks.get(), m.timings.get(), m.finals()), (0, 0, 2));
+        assert_eq!(settled(&db), 3);
+        // The next run times only the missing finalists; then nothing is left.
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        let (counts, stopped) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
+        assert!(!stopped);
+        assert_eq!((m.timings.get(), counts.finals), (0, 2 * FINALISTS - 3));
+        for r in db.records().unwrap() {
+            let settled: Vec<usize> = settled_of(&r, &ks).into_iter().map(|s| s.0).collect();
+            assert_eq!(settled, vec![0, 1, 2, 3]);
+        }
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        let (counts, _) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
+        assert_eq!((m.timings.get(), m.finals(), counts.finals), (0, 0, 0));
     }
 
     #[test]

@@ -319,6 +319,8 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
             runs: 50,
             l2_flush: true,
             budget_ms: 25.0,
+            finalists: 0,
+            settle_ms: 0.0,
         },
         date: "2026-11-30T11:00:00Z".into(),
         candidates: vec![Candidate {
@@ -335,6 +337,7 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
                 spread: 0.02,
                 tflops: 300.0,
                 registers: 240,
+                settled_ms: None,
             },
         }],
     };

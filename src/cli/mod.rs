@@ -1287,10 +1287,8 @@ fn db_cmd(a: DbArgs) -> CliResult {
                 "spec", "bucket", "device", "winner", "ms", "default"
             );
             for r in &records {
-                let default_ms = match r.candidates.first().map(|c| &c.outcome) {
-                    Some(crate::db::Outcome::Measured { ms, .. }) => format!("{ms:.3}"),
-                    _ => "-".into(),
-                };
+                // Both in the metric the winner is chosen by (settled once the finals ran).
+                let default_ms = r.default_ms().map_or("-".into(), |ms| format!("{ms:.3}"));
                 let (winner, ms) = r.winner().map_or(
                     ("(none measured)".to_string(), "-".to_string()),
                     |(c, ms)| (c.config.tag(), format!("{ms:.3}")),

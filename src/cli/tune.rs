@@ -296,6 +296,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
                 "check_failed": totals.check_failed,
                 "timed": totals.timed,
                 "time_failed": totals.time_failed,
+                "finals": totals.finals,
                 "already_measured": totals.skipped,
             },
             "wall_seconds": wall.as_secs_f64(),
@@ -309,14 +310,17 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         );
         return Ok(());
     }
+    // ms are settled times where the key's finals ran, screening times (marked *)
+    // where they did not.
     println!(
-        "{:<34} {:>6} {:<30} {:>9} {:<30} {:>9} {:>7}",
+        "{:<34} {:>6} {:<30} {:>10} {:<30} {:>10} {:>7}",
         "spec", "bucket", "default", "ms", "winner", "ms", "speedup"
     );
-    let ms = |v: Option<f64>| v.map_or("-".to_string(), |m| format!("{m:.4}"));
     for r in &rows {
+        let mark = if r.settled { " " } else { "*" };
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |m| format!("{m:.4}{mark}"));
         println!(
-            "{:<34} {:>6} {:<30} {:>9} {:<30} {:>9} {:>7}",
+            "{:<34} {:>6} {:<30} {:>10} {:<30} {:>10} {:>7}",
             r.spec,
             r.bucket,
             r.default_config,
@@ -326,10 +330,13 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
             r.speedup.map_or("-".into(), |s| format!("{s:.3}x"))
         );
     }
+    if rows.iter().any(|r| !r.settled) {
+        println!("* screening times: the key's finals have not run yet");
+    }
     let gains: Vec<f64> = rows.iter().filter_map(|r| r.speedup).collect();
     let geomean = (gains.iter().map(|g| g.ln()).sum::<f64>() / gains.len().max(1) as f64).exp();
     println!(
-        "{} keys on {} into {}: winners {geomean:.3}x the defaults (geomean); {} checked ({} wrong), {} timed ({} failed), {} already measured",
+        "{} keys on {} into {}: winners {geomean:.3}x the defaults (geomean); {} checked ({} wrong), {} timed ({} failed), {} finalists re-timed, {} already measured",
         rows.len(),
         device.name,
         db_path.display(),
@@ -337,6 +344,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         totals.check_failed,
         totals.timed,
         totals.time_failed,
+        totals.finals,
         totals.skipped
     );
     println!(
@@ -373,6 +381,7 @@ struct Tally {
     wrong: usize,
     timed: usize,
     failed: usize,
+    finals: usize,
 }
 
 /// Moves the bar and keeps its message: counts and the current key's best.
@@ -406,15 +415,38 @@ impl Progress for Watcher {
         }
         self.bar.inc(1);
         self.bar.set_message(format!(
-            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · {} s{}: best {}",
+            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · finals {} · {} s{}: best {}",
             c.compiled,
             c.checked,
             c.wrong,
             c.timed,
             c.failed,
+            c.finals,
             key.spec.tag(),
             key.bucket.seqlen,
             best.map_or("-".into(), |(cfg, ms)| format!("{cfg} {ms:.4} ms"))
+        ));
+    }
+
+    fn finalist(&self, key: &Key, kernel: &TuneKernel, settled_ms: Option<f64>) {
+        let mut c = self.counts.lock().expect("lock");
+        match settled_ms {
+            Some(_) => c.finals += 1,
+            None => c.failed += 1,
+        }
+        self.bar.inc(1);
+        self.bar.set_message(format!(
+            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · finals {} · {} s{}: finalist {} {}",
+            c.compiled,
+            c.checked,
+            c.wrong,
+            c.timed,
+            c.failed,
+            c.finals,
+            key.spec.tag(),
+            key.bucket.seqlen,
+            kernel.built.candidate.config.tag(),
+            settled_ms.map_or("failed".into(), |ms| format!("{ms:.4} ms settled"))
         ));
     }
 }
