@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d128_none_m128n128w12s2_overlap1_persistent1_pingpong1_ws1_bee71ea156
+// fa4-gen kernel hopper_sm90_bf16_d128_none_m128n128w12s2_lazy1_overlap1_pingpong1_ws1_48ccac625d
 // template  hopper_fwd.cu.tera (hash 11c0f788b84b88ba)
 // spec      arch=sm90 dtype=bf16 head_dim=128 head_dim_v=128 mask=none features=none
-// config    block_m=128 block_n=128 warps=12 stages=2 overlap=1 persistent=1 pingpong=1 ws=1
+// config    block_m=128 block_n=128 warps=12 stages=2 lazy=1 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -55,18 +55,18 @@ struct KernelConfig {
     static constexpr bool kPingpong = true;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = true;
-    static constexpr bool kSeparateO = true;
-    static constexpr int kQBuffers = 2;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kPersistent = false;
+    static constexpr bool kSeparateO = false;
+    static constexpr int kQBuffers = 1;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 56;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 224;
+    static constexpr int kProducerRegs = 40;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 232;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 229504, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 163936, "shared memory differs from the config space's model");
 static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
 static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");
