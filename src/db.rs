@@ -105,6 +105,26 @@ pub struct Candidate {
     pub outcome: Outcome,
 }
 
+impl Candidate {
+    /// Its screening time, if it was measured.
+    pub fn screened_ms(&self) -> Option<f64> {
+        match self.outcome {
+            Outcome::Measured { ms, .. } => Some(ms),
+            Outcome::Failed { .. } => None,
+        }
+        .filter(|ms| ms.is_finite() && *ms > 0.0)
+    }
+
+    /// Its settled time from the finals, if it has one.
+    pub fn settled_ms(&self) -> Option<f64> {
+        match self.outcome {
+            Outcome::Measured { settled_ms, .. } => settled_ms,
+            Outcome::Failed { .. } => None,
+        }
+        .filter(|ms| ms.is_finite() && *ms > 0.0)
+    }
+}
+
 /// Everything measured for one key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -157,15 +177,7 @@ impl Record {
 
     /// Whether the finals ran for this record: some candidate has a settled time.
     pub fn finals_done(&self) -> bool {
-        self.candidates.iter().any(|c| {
-            matches!(
-                c.outcome,
-                Outcome::Measured {
-                    settled_ms: Some(_),
-                    ..
-                }
-            )
-        })
+        self.candidates.iter().any(|c| c.settled_ms().is_some())
     }
 
     /// The time `candidate` ranks by in this record: its settled time once the finals
@@ -213,12 +225,11 @@ impl Record {
 
 /// A candidate's settled time (`settled`) or screening time, if measured.
 fn ranking_ms(candidate: &Candidate, settled: bool) -> Option<f64> {
-    match candidate.outcome {
-        Outcome::Measured { settled_ms, .. } if settled => settled_ms,
-        Outcome::Measured { ms, .. } => Some(ms),
-        Outcome::Failed { .. } => None,
+    if settled {
+        candidate.settled_ms()
+    } else {
+        candidate.screened_ms()
     }
-    .filter(|ms| ms.is_finite() && *ms > 0.0)
 }
 
 #[derive(Debug, thiserror::Error)]

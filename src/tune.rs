@@ -333,15 +333,7 @@ pub fn tune_spec(
     let settled_count = |r: &Record| {
         r.candidates
             .iter()
-            .filter(|c| {
-                matches!(
-                    c.outcome,
-                    Outcome::Measured {
-                        settled_ms: Some(_),
-                        ..
-                    }
-                )
-            })
+            .filter(|c| c.settled_ms().is_some())
             .count()
     };
     let finals_planned: usize = records
@@ -424,13 +416,7 @@ pub fn tune_spec(
             bucket: record.bucket,
         };
         for i in finalists(record) {
-            if matches!(
-                record.candidates[i].outcome,
-                Outcome::Measured {
-                    settled_ms: Some(_),
-                    ..
-                }
-            ) {
+            if record.candidates[i].settled_ms().is_some() {
                 continue;
             }
             let Some(kernel) = kernels
@@ -470,12 +456,13 @@ pub fn tune_spec(
 /// (fewer when fewer were measured). Screening times do not change once measured, so a
 /// resumed run picks the same finalists.
 fn finalists(record: &Record) -> Vec<usize> {
-    let screened = |c: &Candidate| match c.outcome {
-        Outcome::Measured { ms, .. } if ms.is_finite() && ms > 0.0 => Some(ms),
-        _ => None,
-    };
     let mut out: Vec<usize> = Vec::with_capacity(FINALISTS);
-    if record.candidates.first().and_then(screened).is_some() {
+    if record
+        .candidates
+        .first()
+        .and_then(Candidate::screened_ms)
+        .is_some()
+    {
         out.push(0);
     }
     let mut others: Vec<(usize, f64)> = record
@@ -483,7 +470,7 @@ fn finalists(record: &Record) -> Vec<usize> {
         .iter()
         .enumerate()
         .skip(1)
-        .filter_map(|(i, c)| screened(c).map(|ms| (i, ms)))
+        .filter_map(|(i, c)| c.screened_ms().map(|ms| (i, ms)))
         .collect();
     others.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
     let room = FINALISTS - out.len();

@@ -384,6 +384,23 @@ struct Tally {
     finals: usize,
 }
 
+impl Tally {
+    /// The bar's message: the counts, then what `key` is at.
+    fn line(&self, key: &Key, at: &str) -> String {
+        format!(
+            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · finals {} · {} s{}: {at}",
+            self.compiled,
+            self.checked,
+            self.wrong,
+            self.timed,
+            self.failed,
+            self.finals,
+            key.spec.tag(),
+            key.bucket.seqlen,
+        )
+    }
+}
+
 /// Moves the bar and keeps its message: counts and the current key's best.
 struct Watcher {
     bar: ProgressBar,
@@ -414,18 +431,8 @@ impl Progress for Watcher {
             Outcome::Failed { .. } => c.failed += 1,
         }
         self.bar.inc(1);
-        self.bar.set_message(format!(
-            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · finals {} · {} s{}: best {}",
-            c.compiled,
-            c.checked,
-            c.wrong,
-            c.timed,
-            c.failed,
-            c.finals,
-            key.spec.tag(),
-            key.bucket.seqlen,
-            best.map_or("-".into(), |(cfg, ms)| format!("{cfg} {ms:.4} ms"))
-        ));
+        let best = best.map_or("-".into(), |(cfg, ms)| format!("{cfg} {ms:.4} ms"));
+        self.bar.set_message(c.line(key, &format!("best {best}")));
     }
 
     fn finalist(&self, key: &Key, kernel: &TuneKernel, settled_ms: Option<f64>) {
@@ -435,18 +442,8 @@ impl Progress for Watcher {
             None => c.failed += 1,
         }
         self.bar.inc(1);
-        self.bar.set_message(format!(
-            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · finals {} · {} s{}: finalist {} {}",
-            c.compiled,
-            c.checked,
-            c.wrong,
-            c.timed,
-            c.failed,
-            c.finals,
-            key.spec.tag(),
-            key.bucket.seqlen,
-            kernel.built.candidate.config.tag(),
-            settled_ms.map_or("failed".into(), |ms| format!("{ms:.4} ms settled"))
-        ));
+        let settled = settled_ms.map_or("failed".into(), |ms| format!("{ms:.4} ms settled"));
+        let at = format!("finalist {} {settled}", kernel.built.candidate.config.tag());
+        self.bar.set_message(c.line(key, &at));
     }
 }
