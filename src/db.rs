@@ -75,6 +75,10 @@ pub struct TimingPolicy {
     pub finalists: u32,
     #[serde(default)]
     pub settle_ms: f64,
+    /// How long a key's first finalist ran back to back before its finals timing; 0
+    /// for records whose finals had no such warm-up (they are taken again).
+    #[serde(default)]
+    pub key_warmup_ms: f64,
 }
 
 /// What happened to one candidate.
@@ -535,6 +539,7 @@ mod tests {
                 budget_ms: 25.0,
                 finalists: 0,
                 settle_ms: 0.0,
+                key_warmup_ms: 0.0,
             },
             date: "2026-11-30T10:00:00Z".into(),
             candidates: ms
@@ -629,6 +634,7 @@ mod tests {
         let timing = json["timing"].as_object_mut().unwrap();
         timing.remove("finalists").unwrap();
         timing.remove("settle_ms").unwrap();
+        timing.remove("key_warmup_ms").unwrap();
         let text = json.to_string();
         assert!(
             !text.contains("settled_ms") && !text.contains("finalists"),
