@@ -31,11 +31,11 @@ fn list_json_is_the_whole_space() {
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     // Portable: causal and local specs add 12 warp-skipping candidates to the 72 every
-    // spec has; Hopper: 20 stage-1, 11 warp-specialised and 5 persistent candidates per
-    // spec, and the 12 of those with pingpong and overlap again with lazy rescaling.
+    // spec has; Hopper: 20 stage-1, 11 warp-specialised and 6 persistent candidates per
+    // spec, and the 13 of those with pingpong and overlap again with lazy rescaling.
     assert_eq!(
         rows.len(),
-        2 * 72 + 4 * 84 + 6 * (20 + 11 + 5 + 12),
+        2 * 72 + 4 * 84 + 6 * (20 + 11 + 6 + 13),
         "6 specs (dtype x mask) per template"
     );
     assert_eq!(
@@ -321,6 +321,7 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
             budget_ms: 25.0,
             finalists: 0,
             settle_ms: 0.0,
+            key_warmup_ms: 0.0,
         },
         date: "2026-11-30T11:00:00Z".into(),
         candidates: vec![Candidate {

@@ -85,8 +85,10 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
     ] {
         out.push(ws_config(consumers, block_n, pingpong, overlap, pack));
     }
-    // The leading tiles also with a persistent grid.
+    // The leading tiles also with a persistent grid; 64 keys too, which divide 512 and
+    // 1024 keys where 80 leave a block nine-tenths and two-fifths empty (d256).
     for (consumers, block_n, pack) in [
+        (2, 64, 0),
         (2, 80, 0),
         (2, 128, 0),
         (2, 128, 1),
