@@ -25,31 +25,42 @@ struct FragmentRows {
     __device__ __forceinline__ int query(int h) const { return row(h) / group; }
 };
 
-// ---- soft-capping: S = cap * tanh(S * scale / cap); the softmax then scales by log2(e) --
-template <bool kSoftcap, int kN>
-__device__ __forceinline__ void softcap_scores(float (&s)[kN], const FwdParams& params) {
+// ---- soft-capping: S = tanh(S * scale / cap); the softmax then scales by cap * log2(e) ---
+// (softcap_scale_log2), which folds the cap's multiply into the exp2's FMA. Only the
+// first kLiveTiles 8-column fragments: the rest of the block is hidden from every row.
+__device__ __forceinline__ float softcap_scale_log2(const FwdParams& params) { return params.softcap * kLog2e; }
+
+template <bool kSoftcap, int kLiveTiles, int kNTiles>
+__device__ __forceinline__ void softcap_scores(float (&s)[1][kNTiles][4], const FwdParams& params) {
     if constexpr (kSoftcap) {
         const float to_unit = params.softmax_scale / params.softcap;
 #pragma unroll
-        for (int i = 0; i < kN; ++i) s[i] = params.softcap * tanh_approx(s[i] * to_unit);
+        for (int nt = 0; nt < kLiveTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][nt][e] = tanh_approx(s[0][nt][e] * to_unit);
     }
 }
 
 // ---- mask: -inf where a row may not see a key of the block at col_begin ------------------
-template <MaskKind kMaskKind, int kNTiles>
+// The row's bounds are taken relative to the thread's first column once, so each score
+// costs one compare against a constant (two with a window's left edge) and a select.
+template <MaskKind kMaskKind, int kLiveTiles = -1, int kNTiles>
 __device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mask<kMaskKind>& mask,
                                             const FragmentRows& at, int col_begin) {
+    constexpr int kTiles = kLiveTiles < 0 ? kNTiles : kLiveTiles;
+    const int thread_col = col_begin + at.quad_col * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int query = at.query(h);
-        const int first = mask.col_begin(query);
-        const int end = mask.col_end(query);
+        const int first = mask.col_begin(query) - thread_col;  // 0 unless Local
+        const int end = mask.col_end(query) - thread_col;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
+        for (int nt = 0; nt < kTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const int col = col_begin + nt * 8 + at.quad_col * 2 + e;
-                if (col < first || col >= end) s[0][nt][2 * h + e] = neg_inf();
+                const int col = nt * 8 + e;
+                const bool hidden = kMaskKind == MaskKind::Local ? col < first || col >= end : col >= end;
+                if (hidden) s[0][nt][2 * h + e] = neg_inf();
             }
     }
 }
@@ -106,13 +117,20 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
 
     // Scores of one key block to unnormalised probabilities, in place; per row the factor
     // for the output so far. Returns whether a factor of this thread's differs from 1.
+    // Only the first kLiveTiles 8-column fragments are scores: the rest of the block is
+    // hidden from every row (kernel_ws.cuh's first block), so its p is 0 without an exp2.
+    template <int kLiveTiles = kNTiles>
     __device__ __forceinline__ bool update(float (&s)[1][kNTiles][4], float scale_log2, float (&o_scale)[2]) {
         bool rescales = false;
+#pragma unroll
+        for (int nt = kLiveTiles; nt < kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             float mx = row_max[h];
 #pragma unroll
-            for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+            for (int nt = 0; nt < kLiveTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
             mx = quad_max(mx);
             // From -inf the difference is +inf (or NaN while every key so far was masked):
             // the row takes the new max.
@@ -131,7 +149,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
             row_max[h] = mx;
             float sum = 0.f;
 #pragma unroll
-            for (int nt = 0; nt < kNTiles; ++nt) {
+            for (int nt = 0; nt < kLiveTiles; ++nt) {
 #pragma unroll
                 for (int e = 2 * h; e < 2 * h + 2; ++e) {
                     const float x = fmaf(s[0][nt][e], scale_log2, -offset);

@@ -78,7 +78,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         if (tid == 0) *block_scalars = BlockScalars{seq.seqlen_q, seq.seqlen_k, query_first, query_last};
         __syncthreads();
     }
-    const float score_scale_log2 = T::kSoftcap ? kLog2e : params.scale_log2;
+    const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
     const u16* const q_gmem = static_cast<const u16*>(params.q) + seq.q_offset + head * params.q_head_stride;
     const u16* const k_gmem = static_cast<const u16*>(params.k) + seq.k_offset + kv_head * params.k_head_stride;
@@ -174,8 +174,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             cp_async_commit();
         }
 
-        // ---- soft-capping: S = cap * tanh(S * scale / cap) ------------------------------
-        softcap_scores<T::kSoftcap>(s_flat, params);
+        // ---- soft-capping: S = tanh(S * scale / cap), scaled by cap in the softmax ------
+        softcap_scores<T::kSoftcap, kNTiles>(s, params);
 
         // ---- mask: only blocks that cross a mask edge or the end of the keys -------------
         {

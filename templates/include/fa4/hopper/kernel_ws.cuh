@@ -326,7 +326,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const int quad_col = lane % 4;
     u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
                          (o_smem_addr - q_smem_addr) / 2 + consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2;
-    const float score_scale_log2 = T::kSoftcap ? kLog2e : params.scale_log2;
+    const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
     // Turns at the tensor cores, round robin from consumer 0 (the last one lets it start).
     auto take_turn = [&] {
@@ -348,8 +348,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     int q_round = 0;  // work tiles (Q's phase)
     // A persistent grid places its next work tile (the schedule's integer divisions) under
     // this tile's last PV GEMM, off the path from one tile to the next, where O has a slot
-    // of its own. Without one (d256, d128 over 176 keys) the registers are short: ptxas
-    // then serialised every wgmma (C7514, 0.63x), so there it waits for the PV GEMM.
+    // of its own and K/V are not paged. Otherwise (d256, d128 over 176 keys, pages) the
+    // registers are short: ptxas then serialised every wgmma (C7514, 0.63x), so there it
+    // waits for the PV GEMM.
+    constexpr bool kNextUnderPv = T::kPersistent && T::kSeparateO && !T::kPaged;
     TileCoords next_at = T::kPersistent ? coords_at(0) : TileCoords{};
     for (int round = 0; round < rounds; ++round) {
         const Work w = T::kPersistent ? work_from(next_at) : first_work;
@@ -365,6 +367,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         const Mask<T::kMask> mask{seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right};
         const int wg_row_begin = w.row_begin + consumer * 64;  // this consumer's first row
         const FragmentRows rows_at{wg_row_begin + warp * T::kRowsPerWarp, kGroup, quad_row, quad_col};
+        // The keys this consumer's rows see end here (its last row sees the most).
+        const int wg_col_end = mask.col_end((imin(wg_row_begin + 64, rows) - 1) / kGroup);
 
         // ---- load: this consumer's Q rows, by the producer --------------------------------
         const int qb = q_round % kQBuffers;
@@ -411,16 +415,32 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         // ---- soft-capping, mask, online softmax on S (which the QK GEMM has written) --------
         // Returns whether O must be rescaled by o_scale (lazy: the same answer for the
         // whole warp, so the rescale is skipped without divergence; else always).
-        auto scores = [&](int tile, float (&o_scale)[2]) {
-            softcap_scores<T::kSoftcap>(s_flat, params);
+        // With a mask, the first block (the last keys) often reaches past this consumer's
+        // last visible key: causal's diagonal block for the first consumer, half of 128
+        // keys or all of 64 or 80. Where at most half of it is visible, its softmax, which
+        // no PV GEMM covers, runs over that half only; p is 0 beyond. (Skipping a hidden
+        // block outright threw the consumers' pingpong out of step: 0.94x at d256. `first`
+        // is a constant at each call, so the loop keeps only the whole-block path.)
+        constexpr int kHalfTiles = kNTiles % 2 == 0 ? kNTiles / 2 : kNTiles;
+        auto scores = [&](int tile, float (&o_scale)[2], bool first) -> bool {
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
             // Unmasked: only the first block (the last keys) can run past the keys.
             const bool needs_mask = T::kMask == MaskKind::None
                                         ? tile == 0 && col_begin + T::kBlockN > seq.seqlen_k
                                         : mask.block_needs_mask(w.query_first, w.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
-            if (needs_mask) mask_scores(s, mask, rows_at, col_begin);
-            const bool rescales = softmax.update(s, score_scale_log2, o_scale);
+            const bool half = T::kMask != MaskKind::None && kHalfTiles < kNTiles && first &&
+                              wg_col_end - col_begin <= T::kBlockN / 2;
+            bool rescales;
+            if (half) {
+                softcap_scores<T::kSoftcap, kHalfTiles>(s, params);
+                if (needs_mask) mask_scores<T::kMask, kHalfTiles>(s, mask, rows_at, col_begin);
+                rescales = softmax.template update<kHalfTiles>(s, score_scale_log2, o_scale);
+            } else {
+                softcap_scores<T::kSoftcap, kNTiles>(s, params);
+                if (needs_mask) mask_scores<T::kMask, kNTiles>(s, mask, rows_at, col_begin);
+                rescales = softmax.template update<kNTiles>(s, score_scale_log2, o_scale);
+            }
             return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
         };
         auto pack = [&] { pack_p<kBf16>(s, p); };
@@ -448,7 +468,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 fence_regs(s_flat);
                 release(empty_k(it % kStages));
                 float o_scale[2];
-                scores(0, o_scale);  // O is still zero: nothing to rescale
+                scores(0, o_scale, true);  // O is still zero: nothing to rescale
                 pack();
             }
             for (int tile = 1; tile < n_tiles; ++tile) {
@@ -460,7 +480,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 fence_regs(s_flat);
                 release(empty_k((it + tile) % kStages));
                 float o_scale[2];
-                const bool rescale = scores(tile, o_scale);
+                const bool rescale = scores(tile, o_scale, false);
                 wgmma_wait<0>();
                 pv_done(tile - 1);
                 if (rescale) rescale_o(o_scale);
@@ -473,12 +493,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 issue_pv(n_tiles - 1);
                 pass_turn();
             }
-            if constexpr (T::kPersistent && T::kSeparateO) next_at = coords_at(round + 1);
+            if constexpr (kNextUnderPv) next_at = coords_at(round + 1);
             if (n_tiles > 0) {
                 wgmma_wait<0>();
                 pv_done(n_tiles - 1);
             }
-            if constexpr (T::kPersistent && !T::kSeparateO) next_at = coords_at(round + 1);
+            if constexpr (T::kPersistent && !kNextUnderPv) next_at = coords_at(round + 1);
         } else {
             for (int tile = 0; tile < n_tiles; ++tile) {
                 take_turn();
@@ -488,7 +508,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 fence_regs(s_flat);
                 release(empty_k((it + tile) % kStages));
                 float o_scale[2];
-                if (scores(tile, o_scale)) rescale_o(o_scale);
+                if (scores(tile, o_scale, tile == 0)) rescale_o(o_scale);
                 pack();
                 take_turn();
                 issue_pv(tile);
