@@ -127,6 +127,13 @@ impl Candidate {
         }
         .filter(|ms| ms.is_finite() && *ms > 0.0)
     }
+
+    /// Records (or, with None, drops) its settled time; a failed candidate has none.
+    pub fn set_settled_ms(&mut self, settled: Option<f64>) {
+        if let Outcome::Measured { settled_ms, .. } = &mut self.outcome {
+            *settled_ms = settled;
+        }
+    }
 }
 
 /// Everything measured for one key.
@@ -587,9 +594,7 @@ mod tests {
     /// `record(ms)` with the finals' settled times `settled` (by candidate).
     fn settle(mut r: Record, settled: &[Option<f64>]) -> Record {
         for (c, s) in r.candidates.iter_mut().zip(settled) {
-            if let Outcome::Measured { settled_ms, .. } = &mut c.outcome {
-                *settled_ms = *s;
-            }
+            c.set_settled_ms(*s);
         }
         r
     }

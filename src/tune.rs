@@ -322,11 +322,7 @@ pub fn tune_spec(
             // go in memory only: the store keeps them until the first new one is written.
             Some(mut r) if r.template_hash == hash => {
                 if r.timing.key_warmup_ms < KEY_WARMUP_MS {
-                    for c in &mut r.candidates {
-                        if let Outcome::Measured { settled_ms, .. } = &mut c.outcome {
-                            *settled_ms = None;
-                        }
-                    }
+                    r.candidates.iter_mut().for_each(|c| c.set_settled_ms(None));
                 }
                 r
             }
@@ -461,9 +457,7 @@ pub fn tune_spec(
                     None
                 }
             };
-            if let Outcome::Measured { settled_ms, .. } = &mut record.candidates[i].outcome {
-                *settled_ms = settled;
-            }
+            record.candidates[i].set_settled_ms(settled);
             record.timing.finalists = FINALISTS as u32;
             record.timing.settle_ms = SETTLE_MS;
             record.timing.key_warmup_ms = KEY_WARMUP_MS;
@@ -669,7 +663,7 @@ impl Measurer for GpuMeasurer<'_> {
             &problem.params,
             &mut self.flush,
             TIME_BUDGET_MS,
-            settle_ms, // the recorded policy (timing_policy): 0 screening, SETTLE_MS finals
+            settle_ms, // the recorded policy (timing_policy): 0 screening, else the finals'
         )?;
         let ms = times[times.len() / 2];
         let spread = (times[times.len() - 1] - times[0]) / ms;
@@ -1076,9 +1070,7 @@ mod tests {
                 .iter()
                 .map(|c| {
                     let mut c = c.clone();
-                    if let Outcome::Measured { settled_ms, .. } = &mut c.outcome {
-                        *settled_ms = None;
-                    }
+                    c.set_settled_ms(None);
                     c
                 })
                 .collect(),
