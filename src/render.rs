@@ -27,6 +27,13 @@ pub fn nvrtc_options(arch: Arch) -> Vec<String> {
     ]
 }
 
+/// NVRTC flags for a template's kernels on an arch: the arch's and the template's own.
+pub fn kernel_nvrtc_options(template: Template, arch: Arch) -> Vec<String> {
+    let mut options = nvrtc_options(arch);
+    options.extend(template.nvrtc_flags().iter().map(|f| f.to_string()));
+    options
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
     #[error(transparent)]
@@ -119,7 +126,7 @@ impl Renderer {
             .field(&serde_json::to_string(&c.spec).expect("spec serialises"))
             .field(&serde_json::to_string(&c.config).expect("config serialises"))
             .field(&derived)
-            .field(&nvrtc_options(c.spec.arch).join(" "));
+            .field(&kernel_nvrtc_options(c.template, c.spec.arch).join(" "));
         KernelId(format!(
             "{}_{}_{}_{}",
             c.template.name(),
@@ -159,7 +166,7 @@ impl Renderer {
             template_hash,
             footprint: *footprint,
             source,
-            options: nvrtc_options(c.spec.arch),
+            options: kernel_nvrtc_options(c.template, c.spec.arch),
         })
     }
 }

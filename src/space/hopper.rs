@@ -457,10 +457,16 @@ pub(super) fn render_values(
     c: &TileConfig,
     fp: &Footprint,
 ) -> Vec<(&'static str, Value)> {
+    let ws = warp_specialized(c);
+    // QK over N = block_n, PV over N = head_dim_v; with a mask, the warp-specialised
+    // consumer's QK over the half of its first block that it sees (N = block_n / 2; not
+    // over head dim 128, as kernel_ws.cuh's kHalfFirst).
     let mut ns = vec![c.block_n, spec.head_dim_v];
+    if ws && spec.mask != MaskKind::None && spec.head_dim_v <= 128 {
+        ns.push(c.block_n / 2);
+    }
     ns.sort_unstable();
     ns.dedup();
-    let ws = warp_specialized(c);
     let split = if ws {
         register_split(spec, c)
     } else {
@@ -702,5 +708,34 @@ mod tests {
         let values = render_values(&spec, &c, &fp);
         let shapes = &values.iter().find(|(k, _)| *k == "wgmma").unwrap().1;
         assert_eq!(shapes.as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn masked_warp_specialized_kernels_get_the_half_block_shape() {
+        let ns = |spec: &KernelSpec, c: &TileConfig| -> Vec<u64> {
+            let fp = check(spec, c).unwrap();
+            let values = render_values(spec, c, &fp);
+            let shapes = &values.iter().find(|(k, _)| *k == "wgmma").unwrap().1;
+            shapes
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["n"].as_u64().unwrap())
+                .collect()
+        };
+        let causal = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        assert_eq!(ns(&causal, &ws_config(2, 128, 1, 1, 0)), vec![64, 128]);
+        // The stage-1 schedule has no half path.
+        assert_eq!(ns(&causal, &config(2, 128, 1)), vec![128]);
+        // d64: the half (64) is the PV's N already.
+        let causal64 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        assert_eq!(ns(&causal64, &ws_config(2, 128, 1, 1, 0)), vec![64, 128]);
+        let unmasked = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+        assert_eq!(ns(&unmasked, &ws_config(2, 176, 1, 1, 0)), vec![128, 176]);
+        let local = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Local);
+        assert_eq!(ns(&local, &ws_config(2, 80, 1, 1, 0)), vec![40, 80, 128]);
+        // Over head dim 128 the first block keeps one path.
+        let causal256 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
+        assert_eq!(ns(&causal256, &ws_config(2, 80, 1, 1, 0)), vec![80, 256]);
     }
 }

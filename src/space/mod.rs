@@ -28,8 +28,9 @@ use serde::{Deserialize, Serialize};
 pub enum Template {
     /// FlashAttention-2's algorithm on `mma.sync`: sm80 and newer.
     Portable,
-    /// Hopper's warpgroup MMA (`wgmma`, sm_90a). First stage: the portable schedule with
-    /// both GEMMs on wgmma; TMA, warp specialisation and pingpong are to come.
+    /// Hopper's warpgroup MMA (`wgmma`, sm_90a): a TMA producer warpgroup feeding
+    /// pingponging consumer warpgroups, persistent or not (and a first-stage schedule
+    /// without the producer, which paged K/V's defaults keep).
     Hopper,
 }
 
@@ -48,6 +49,16 @@ impl Template {
         match self {
             Template::Portable => "portable_fwd.cu.tera",
             Template::Hopper => "hopper_fwd.cu.tera",
+        }
+    }
+
+    /// NVRTC flags the template adds to the arch's ([`crate::render::nvrtc_options`]).
+    /// The Hopper kernels pass a key block's live width to generic lambdas as a type;
+    /// NVRTC compiles those as host functions unless unannotated ones default to device.
+    pub fn nvrtc_flags(self) -> &'static [&'static str] {
+        match self {
+            Template::Portable => &[],
+            Template::Hopper => &["-default-device"],
         }
     }
 

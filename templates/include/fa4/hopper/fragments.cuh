@@ -44,10 +44,9 @@ __device__ __forceinline__ void softcap_scores(float (&s)[1][kNTiles][4], const 
 // ---- mask: -inf where a row may not see a key of the block at col_begin ------------------
 // The row's bounds are taken relative to the thread's first column once, so each score
 // costs one compare against a constant (two with a window's left edge) and a select.
-template <MaskKind kMaskKind, int kLiveTiles = -1, int kNTiles>
+template <MaskKind kMaskKind, int kLiveTiles, int kNTiles>
 __device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mask<kMaskKind>& mask,
                                             const FragmentRows& at, int col_begin) {
-    constexpr int kTiles = kLiveTiles < 0 ? kNTiles : kLiveTiles;
     const int thread_col = col_begin + at.quad_col * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -55,7 +54,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mas
         const int first = mask.col_begin(query) - thread_col;  // 0 unless Local
         const int end = mask.col_end(query) - thread_col;
 #pragma unroll
-        for (int nt = 0; nt < kTiles; ++nt)
+        for (int nt = 0; nt < kLiveTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const int col = nt * 8 + e;
@@ -118,12 +117,14 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     // Scores of one key block to unnormalised probabilities, in place; per row the factor
     // for the output so far. Returns whether a factor of this thread's differs from 1.
     // Only the first kLiveTiles 8-column fragments are scores: the rest of the block is
-    // hidden from every row (kernel_ws.cuh's first block), so its p is 0 without an exp2.
+    // hidden from every row (kernel_ws.cuh's first block) and no PV GEMM reads it, but for
+    // a fragment that shares the last live k16 step, whose p is 0. (Zeros written to the
+    // whole dead half made ptxas serialise every wgmma of the overlapped schedule: C7511.)
     template <int kLiveTiles = kNTiles>
     __device__ __forceinline__ bool update(float (&s)[1][kNTiles][4], float scale_log2, float (&o_scale)[2]) {
         bool rescales = false;
 #pragma unroll
-        for (int nt = kLiveTiles; nt < kNTiles; ++nt)
+        for (int nt = kLiveTiles; nt < (kLiveTiles + 1) / 2 * 2; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
 #pragma unroll
@@ -188,12 +189,42 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     }
 };
 
+// ---- one key block's scores: soft-capping, mask, online softmax --------------------------
+// The count of live 8-column fragments as a type, so that one generic lambda of a kernel
+// serves the whole block and its visible half.
+template <int kCount>
+struct LiveTiles {
+    static constexpr int value = kCount;
+};
+
+// Whether a key block at col_begin needs per-score masking: one that crosses a mask edge
+// or, unmasked, the first block (the last keys) where it runs past the keys.
+template <int kBlockN, MaskKind kMaskKind>
+__device__ __forceinline__ bool block_needs_mask(const Mask<kMaskKind>& mask, bool first_block, int query_first,
+                                                 int query_last, int col_begin) {
+    return kMaskKind == MaskKind::None ? first_block && col_begin + kBlockN > mask.seqlen_k
+                                       : mask.block_needs_mask(query_first, query_last, col_begin, col_begin + kBlockN);
+}
+
+// S to unnormalised P in place over the first kLiveTiles fragments (the rest of the block
+// hidden from every row and left to the PV GEMM to skip), o_scale the factor for O so far;
+// returns update()'s answer (whether a factor of this thread's differs from 1).
+template <int kLiveTiles, bool kSoftcap, MaskKind kMaskKind, class Softmax, int kNTiles>
+__device__ __forceinline__ bool block_scores(float (&s)[1][kNTiles][4], Softmax& softmax, const FwdParams& params,
+                                             const Mask<kMaskKind>& mask, bool needs_mask, const FragmentRows& at,
+                                             int col_begin, float scale_log2, float (&o_scale)[2]) {
+    softcap_scores<kSoftcap, kLiveTiles>(s, params);
+    if (needs_mask) mask_scores<kMaskKind, kLiveTiles>(s, mask, at, col_begin);
+    return softmax.template update<kLiveTiles>(s, scale_log2, o_scale);
+}
+
 // ---- P to 16 bits in the A-fragment order of the PV GEMM (k16 steps of two 8-col tiles) --
-template <bool kBf16, int kPvSteps, int kNTiles>
+// The k16 steps that hold the first kLiveTiles fragments; the PV GEMM reads only those.
+template <bool kBf16, int kLiveTiles, int kPvSteps, int kNTiles>
 __device__ __forceinline__ void pack_p(const float (&s)[1][kNTiles][4], u32 (&p)[kPvSteps][4]) {
     static_assert(kNTiles == 2 * kPvSteps, "two 8-column fragments per k16 step");
 #pragma unroll
-    for (int ks = 0; ks < kPvSteps; ++ks) {
+    for (int ks = 0; ks < (kLiveTiles + 1) / 2; ++ks) {
         p[ks][0] = pack2<kBf16>(s[0][2 * ks][0], s[0][2 * ks][1]);
         p[ks][1] = pack2<kBf16>(s[0][2 * ks][2], s[0][2 * ks][3]);
         p[ks][2] = pack2<kBf16>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);

@@ -10,9 +10,10 @@
 //   PV GEMM   O = O * rescale + P V   wgmma RS: P from registers, V from shared memory
 //   epilogue  O / rowsum (sink logits join the rowsum) through shared memory; LSE per row
 //
-// Not yet here (the later stages of the Hopper template): TMA loads by a producer warp
-// with mbarriers instead of cp.async and block-wide barriers, register reallocation,
-// pingpong between warpgroups and overlap of softmax with the next QK GEMM.
+// The warp-specialised schedule (kernel_ws.cuh) adds what this one lacks: TMA loads by a
+// producer warpgroup with mbarriers instead of cp.async and block-wide barriers, register
+// reallocation, pingpong between warpgroups and overlap of softmax with the GEMMs. This
+// one stays for paged K/V, whose defaults it serves.
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -134,7 +135,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     float o_acc[kOTiles * 4];
 #pragma unroll
     for (int i = 0; i < kOTiles * 4; ++i) o_acc[i] = 0.f;
-    OnlineSoftmax<1, kNTiles> softmax;
+    RescalingSoftmax<kNTiles, false> softmax;
     softmax.init();
     // This warpgroup's 64 rows of Q.
     const u32 q_rows = q_smem_addr + u32(warp / 4) * 64 * 128;
@@ -174,25 +175,17 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             cp_async_commit();
         }
 
-        // ---- soft-capping: S = tanh(S * scale / cap), scaled by cap in the softmax ------
-        softcap_scores<T::kSoftcap, kNTiles>(s, params);
-
-        // ---- mask: only blocks that cross a mask edge or the end of the keys -------------
+        // ---- soft-capping, mask where the block needs it, online softmax; rescale O -------
+        float o_scale[2];
         {
             const int col_begin = n_block * T::kBlockN;
             const BlockScalars scalars = *block_scalars;
             const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
-            // Unmasked: only the first block (the last keys) can run past the keys.
-            const bool needs_mask = T::kMask == MaskKind::None
-                                        ? tile == 0 && col_begin + T::kBlockN > scalars.seqlen_k
-                                        : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
-                                                                col_begin + T::kBlockN);
-            if (needs_mask) mask_scores(s, mask, rows_at, col_begin);
+            const bool needs_mask = block_needs_mask<T::kBlockN>(mask, tile == 0, scalars.query_first,
+                                                                 scalars.query_last, col_begin);
+            block_scores<kNTiles, T::kSoftcap>(s, softmax, params, mask, needs_mask, rows_at, col_begin,
+                                               score_scale_log2, o_scale);
         }
-
-        // ---- online softmax; rescale what O holds so far ---------------------------------
-        float o_scale[2];
-        softmax.update(s, score_scale_log2, o_scale);
 #pragma unroll
         for (int ot = 0; ot < kOTiles; ++ot)
 #pragma unroll
@@ -204,7 +197,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 
         // ---- PV GEMM: O += P V (wgmma, P from registers, V MN-major from shared memory) --
         u32 p[T::kPvSteps][4];
-        pack_p<kBf16>(s, p);
+        pack_p<kBf16, kNTiles>(s, p);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < T::kPvSteps; ++ks) {
@@ -231,7 +224,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     float lse[2];
     float sink_log2[2];
     sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
-    softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
+    // OnlineSoftmax's exact normalisation: the MUFU approximations took this schedule's
+    // d256 kernels from 229 to 249 registers.
+    softmax.OnlineSoftmax<1, kNTiles>::finalize(score_scale_log2, sink_log2, o_norm, lse);
     stage_o<kBf16, typename T::LayoutO>(o_smem, o_acc, o_norm, warp_row, rows_at);
     store_lse(params, seq_out.lse_offset, head, rows_at, seq_rows, lse);
     __syncthreads();

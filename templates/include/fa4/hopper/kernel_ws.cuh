@@ -66,7 +66,6 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     constexpr int kOTiles = T::kOTiles;
     constexpr int kStages = T::kStages;
     constexpr int kConsumers = T::kWarpgroups;
-    using Mma = Wgmma<T::kBlockN, kBf16>;
     using MmaO = Wgmma<T::kHeadDimV, kBf16>;
     using LayoutQ = WgmmaLayout<64, T::kHeadDim>;   // one consumer's rows
     using LayoutO = WgmmaLayout<64, T::kHeadDimV>;
@@ -384,9 +383,33 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         float s[1][kNTiles][4];
         float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s[0]);
         u32 p[T::kPvSteps][4];
+        // The half block's QK accumulators (below), copied into S's first half once in:
+        // accumulating into S itself made ptxas serialise the wgmmas of d256's 80-key tiles
+        // (C7511), where registers are tightest.
+        float s_half[kNTiles * 2];
 
-        // ---- QK GEMM: S = Q K^T (wgmma, both operands in shared memory), issued only ---------
-        auto issue_qk = [&](int tile) {
+        // With a mask, the first block (the last keys) often reaches past this consumer's
+        // last visible key: causal's diagonal block for the first of two consumers, half of
+        // 128 keys or all of 64 or 80. Where at most half of it is visible, its QK GEMM runs
+        // over that half (an N / 2 wgmma into the first half of S), its softmax too (p is 0
+        // beyond), and its PV GEMM over the k-steps that half's keys span. (Skipping a hidden
+        // block outright threw the consumers' pingpong out of step: 0.94x at d256.) The
+        // choice is the consumer's, uniform over its warpgroup, and fixed at compile time
+        // down each of its two paths: a wgmma's accumulators must not differ between paths
+        // that join while it runs (ptxas serialises every wgmma then). Not at head dims over
+        // 128: the block's second path costs registers that O's accumulators leave none of
+        // (d256 with sinks and softcap spilled), and d256's first block was level with it.
+        constexpr bool kHalfFirst = T::kMask != MaskKind::None && T::kHeadDimV <= 128;
+        static_assert(kNTiles % 2 == 0, "the half block is whole 8-column fragments");
+        using Whole = LiveTiles<kNTiles>;
+        using Half = LiveTiles<kNTiles / 2>;
+        const bool half_first =
+            kHalfFirst && n_tiles > 0 && wg_col_end - (n_end - 1) * T::kBlockN <= T::kBlockN / 2;
+
+        // ---- QK GEMM: S = Q K^T over the live fragments (wgmma SS), issued only -------------
+        auto issue_qk = [&](int tile, auto live) {
+            constexpr int kLive = decltype(live)::value;
+            using Mma = Wgmma<kLive * 8, kBf16>;
             const int slot = (it + tile) % kStages;
             mbarrier_wait(full_k(slot), ((it + tile) / kStages) & 1);
             // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
@@ -395,19 +418,27 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                Mma::ss(s_flat, k_major_desc<LayoutQ>(q_tile, ks), k_major_desc<typename T::LayoutK>(k_tile, ks), ks > 0);
+                const u64 q_desc = k_major_desc<LayoutQ>(q_tile, ks);
+                const u64 k_desc = k_major_desc<typename T::LayoutK>(k_tile, ks);
+                if constexpr (kLive == kNTiles) {
+                    Mma::ss(s_flat, q_desc, k_desc, ks > 0);
+                } else {
+                    Mma::ss(s_half, q_desc, k_desc, ks > 0);
+                }
             }
             wgmma_commit();
         };
-        // ---- PV GEMM: O += P V (wgmma, P from registers, V MN-major), issued only ------------
-        auto issue_pv = [&](int tile) {
+        // ---- PV GEMM: O += P V over the live fragments' keys, issued only ------------------
+        // (wgmma RS: P from registers, V MN-major; a k16 step covers two fragments)
+        auto issue_pv = [&](int tile, auto live) {
+            constexpr int kSteps = (decltype(live)::value + 1) / 2;
             const int slot = (it + tile) % kStages;
             mbarrier_wait(full_v(slot), ((it + tile) / kStages) & 1);
             if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
             const u32 v_tile = v_smem_addr + slot * T::kSmemV * 2;
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < T::kPvSteps; ++ks) {
+            for (int ks = 0; ks < kSteps; ++ks) {
                 MmaO::rs(o_acc, p[ks], mn_major_desc<typename T::LayoutV>(v_tile, ks), 1);
             }
             wgmma_commit();
@@ -415,35 +446,15 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         // ---- soft-capping, mask, online softmax on S (which the QK GEMM has written) --------
         // Returns whether O must be rescaled by o_scale (lazy: the same answer for the
         // whole warp, so the rescale is skipped without divergence; else always).
-        // With a mask, the first block (the last keys) often reaches past this consumer's
-        // last visible key: causal's diagonal block for the first consumer, half of 128
-        // keys or all of 64 or 80. Where at most half of it is visible, its softmax, which
-        // no PV GEMM covers, runs over that half only; p is 0 beyond. (Skipping a hidden
-        // block outright threw the consumers' pingpong out of step: 0.94x at d256. `first`
-        // is a constant at each call, so the loop keeps only the whole-block path.)
-        constexpr int kHalfTiles = kNTiles % 2 == 0 ? kNTiles / 2 : kNTiles;
-        auto scores = [&](int tile, float (&o_scale)[2], bool first) -> bool {
+        auto scores = [&](int tile, auto live, float (&o_scale)[2]) -> bool {
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
-            // Unmasked: only the first block (the last keys) can run past the keys.
-            const bool needs_mask = T::kMask == MaskKind::None
-                                        ? tile == 0 && col_begin + T::kBlockN > seq.seqlen_k
-                                        : mask.block_needs_mask(w.query_first, w.query_last, col_begin,
-                                                                col_begin + T::kBlockN);
-            const bool half = T::kMask != MaskKind::None && kHalfTiles < kNTiles && first &&
-                              wg_col_end - col_begin <= T::kBlockN / 2;
-            bool rescales;
-            if (half) {
-                softcap_scores<T::kSoftcap, kHalfTiles>(s, params);
-                if (needs_mask) mask_scores<T::kMask, kHalfTiles>(s, mask, rows_at, col_begin);
-                rescales = softmax.template update<kHalfTiles>(s, score_scale_log2, o_scale);
-            } else {
-                softcap_scores<T::kSoftcap, kNTiles>(s, params);
-                if (needs_mask) mask_scores<T::kMask, kNTiles>(s, mask, rows_at, col_begin);
-                rescales = softmax.template update<kNTiles>(s, score_scale_log2, o_scale);
-            }
+            const bool needs_mask =
+                block_needs_mask<T::kBlockN>(mask, tile == 0, w.query_first, w.query_last, col_begin);
+            const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
+                s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale);
             return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
         };
-        auto pack = [&] { pack_p<kBf16>(s, p); };
+        auto pack = [&](auto live) { pack_p<kBf16, decltype(live)::value>(s, p); };
         auto rescale_o = [&](const float (&o_scale)[2]) {
 #pragma unroll
             for (int ot = 0; ot < kOTiles; ++ot)
@@ -456,65 +467,92 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             for (int ks = 0; ks < T::kPvSteps; ++ks) fence_regs(p[ks]);
             release(empty_v((it + tile) % kStages));
         };
+        // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
+        // rescaled (never on the first block: O is still zero).
+        auto qk_scores = [&](int tile, auto live, float (&o_scale)[2]) -> bool {
+            take_turn();
+            issue_qk(tile, live);
+            pass_turn();
+            wgmma_wait<0>();
+            constexpr int kLiveQ = decltype(live)::value;
+            if constexpr (kLiveQ < kNTiles) {
+                fence_regs(s_half);
+#pragma unroll
+                for (int i = 0; i < kNTiles * 2; ++i) s_flat[i] = s_half[i];
+            } else {
+                fence_regs(s_flat);
+            }
+            release(empty_k((it + tile) % kStages));
+            return scores(tile, live, o_scale);
+        };
+
+        // Block `tile` down the path of its width: the half path only for the first block
+        // of a consumer that sees at most half of it (there is none without a mask).
+        auto with_width_of = [&](int tile, auto&& body) {
+            if constexpr (kHalfFirst) {
+                if (tile == 0 && half_first) {
+                    body(Half{});
+                    return;
+                }
+            }
+            body(Whole{});
+        };
 
         if constexpr (T::kOverlap) {
-            // Block 0 alone, then each iteration: QK(j) and PV(j - 1) in flight, softmax(j)
-            // under PV(j - 1); the last PV after the loop.
+            // Block 0 alone; then QK(j) and PV(j - 1) in one turn, softmax(j) under PV(j - 1);
+            // the last PV GEMM in a turn of its own.
             if (n_tiles > 0) {
-                take_turn();
-                issue_qk(0);
-                pass_turn();
-                wgmma_wait<0>();
-                fence_regs(s_flat);
-                release(empty_k(it % kStages));
-                float o_scale[2];
-                scores(0, o_scale, true);  // O is still zero: nothing to rescale
-                pack();
+                with_width_of(0, [&](auto live) {
+                    float o_scale[2];
+                    qk_scores(0, live, o_scale);  // O is still zero: nothing to rescale
+                    pack(live);
+                });
             }
             for (int tile = 1; tile < n_tiles; ++tile) {
-                take_turn();
-                issue_qk(tile);
-                issue_pv(tile - 1);
-                pass_turn();
-                wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
-                fence_regs(s_flat);
-                release(empty_k((it + tile) % kStages));
-                float o_scale[2];
-                const bool rescale = scores(tile, o_scale, false);
-                wgmma_wait<0>();
-                pv_done(tile - 1);
-                if (rescale) rescale_o(o_scale);
-                pack();
+                with_width_of(tile - 1, [&](auto live_prev) {
+                    take_turn();
+                    issue_qk(tile, Whole{});
+                    issue_pv(tile - 1, live_prev);
+                    pass_turn();
+                    wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
+                    fence_regs(s_flat);
+                    release(empty_k((it + tile) % kStages));
+                    float o_scale[2];
+                    const bool rescale = scores(tile, Whole{}, o_scale);
+                    wgmma_wait<0>();
+                    pv_done(tile - 1);
+                    if (rescale) rescale_o(o_scale);
+                    pack(Whole{});
+                });
             }
             // Every QK GEMM is done: the producer may load the next tile's Q.
             if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
             if (n_tiles > 0) {
-                take_turn();
-                issue_pv(n_tiles - 1);
-                pass_turn();
-            }
-            if constexpr (kNextUnderPv) next_at = coords_at(round + 1);
-            if (n_tiles > 0) {
-                wgmma_wait<0>();
-                pv_done(n_tiles - 1);
+                with_width_of(n_tiles - 1, [&](auto live) {
+                    take_turn();
+                    issue_pv(n_tiles - 1, live);
+                    pass_turn();
+                    if constexpr (kNextUnderPv) next_at = coords_at(round + 1);
+                    wgmma_wait<0>();
+                    pv_done(n_tiles - 1);
+                });
+            } else if constexpr (kNextUnderPv) {
+                next_at = coords_at(round + 1);
             }
             if constexpr (T::kPersistent && !kNextUnderPv) next_at = coords_at(round + 1);
         } else {
+            // QK, softmax, PV, each waited for, block by block.
             for (int tile = 0; tile < n_tiles; ++tile) {
-                take_turn();
-                issue_qk(tile);
-                pass_turn();
-                wgmma_wait<0>();
-                fence_regs(s_flat);
-                release(empty_k((it + tile) % kStages));
-                float o_scale[2];
-                if (scores(tile, o_scale, tile == 0)) rescale_o(o_scale);
-                pack();
-                take_turn();
-                issue_pv(tile);
-                pass_turn();
-                wgmma_wait<0>();
-                pv_done(tile);
+                with_width_of(tile, [&](auto live) {
+                    float o_scale[2];
+                    if (qk_scores(tile, live, o_scale)) rescale_o(o_scale);
+                    pack(live);
+                    take_turn();
+                    issue_pv(tile, live);
+                    pass_turn();
+                    wgmma_wait<0>();
+                    pv_done(tile);
+                });
             }
             if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
             if constexpr (T::kPersistent) next_at = coords_at(round + 1);
