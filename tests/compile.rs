@@ -179,6 +179,7 @@ fn spilling_configs_are_rejected_with_the_reason() {
             pack_gqa: false,
             tma_rows: 0,
             persistent_per_sm: 0,
+            section_key_bytes: 0,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();

@@ -216,6 +216,19 @@ fn q_buffers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     }
 }
 
+/// Where a masked tile's first key block is at most half visible to a consumer, the
+/// warp-specialised schedule runs that block's QK GEMM (an N = block_n / 2 wgmma), softmax
+/// and PV GEMM over the visible half. Not over head dims past 128 (the block's second
+/// path spills d256 with sinks and softcap, and the half softmax alone measured level
+/// there), nor with softcap at head dim 64, whose MUFU-bound tiles lost 2% to the second
+/// path (bench/NOTES.md).
+fn half_first_block(spec: &KernelSpec, c: &TileConfig) -> bool {
+    warp_specialized(c)
+        && spec.mask != MaskKind::None
+        && spec.head_dim_v <= 128
+        && !(spec.features.softcap && spec.head_dim <= 64)
+}
+
 /// The warp-specialised producer loads strided K/V (and Q) by TMA; pages stay with
 /// cp.async (TMA cannot gather rows).
 fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
@@ -373,6 +386,11 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         } else {
             0
         },
+        section_key_bytes: if spec.mask == MaskKind::Causal && !persistent(c) {
+            (spec.head_dim + spec.head_dim_v) * spec.dtype.size()
+        } else {
+            0
+        },
     })
 }
 
@@ -458,11 +476,11 @@ pub(super) fn render_values(
     fp: &Footprint,
 ) -> Vec<(&'static str, Value)> {
     let ws = warp_specialized(c);
-    // QK over N = block_n, PV over N = head_dim_v; with a mask, the warp-specialised
-    // consumer's QK over the half of its first block that it sees (N = block_n / 2; not
-    // over head dim 128, as kernel_ws.cuh's kHalfFirst).
+    let half_first = half_first_block(spec, c);
+    // QK over N = block_n, PV over N = head_dim_v, the half first block's QK over
+    // N = block_n / 2.
     let mut ns = vec![c.block_n, spec.head_dim_v];
-    if ws && spec.mask != MaskKind::None && spec.head_dim_v <= 128 {
+    if half_first {
         ns.push(c.block_n / 2);
     }
     ns.sort_unstable();
@@ -500,6 +518,7 @@ pub(super) fn render_values(
         ("q_buffers", json!(q_buffers(spec, c))),
         ("lazy_rescale", json!(c.switch(LAZY_RESCALE, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
+        ("half_first", json!(half_first)),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
         ("producer_regs", json!(split.producer)),
         ("consumer_regs", json!(split.consumer)),
@@ -737,5 +756,37 @@ mod tests {
         // Over head dim 128 the first block keeps one path.
         let causal256 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
         assert_eq!(ns(&causal256, &ws_config(2, 80, 1, 1, 0)), vec![80, 256]);
+    }
+
+    #[test]
+    fn the_half_first_block_is_rendered_where_it_pays() {
+        let half_first = |spec: &KernelSpec, c: &TileConfig| -> bool {
+            let fp = check(spec, c).unwrap();
+            let values = render_values(spec, c, &fp);
+            values
+                .iter()
+                .find(|(k, _)| *k == "half_first")
+                .unwrap()
+                .1
+                .as_bool()
+                .unwrap()
+        };
+        let three = ws_config(3, 128, 1, 1, 0);
+        let mut causal64 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        assert!(half_first(&causal64, &three));
+        assert!(
+            !half_first(&causal64, &config(2, 128, 1)),
+            "stage 1 has no half path"
+        );
+        causal64.features.softcap = true;
+        assert!(
+            !half_first(&causal64, &three),
+            "softcap at d64 keeps one path"
+        );
+        let mut causal128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        causal128.features.softcap = true;
+        assert!(half_first(&causal128, &ws_config(2, 128, 1, 1, 0)));
+        let unmasked = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
+        assert!(!half_first(&unmasked, &three));
     }
 }

@@ -187,6 +187,12 @@ pub struct Footprint {
     /// (`launch_grid`); 0 for one block per tile.
     #[serde(default)]
     pub persistent_per_sm: u32,
+    /// Causal kernels with one block per tile whose grid `launch_grid` lays out in
+    /// sections of (head, sequence) pairs sized to L2, heaviest m-blocks first
+    /// (`schedule.cuh`): the bytes of K and V per key, which size the sections. 0 for the
+    /// `m-blocks x heads x batch` grid.
+    #[serde(default)]
+    pub section_key_bytes: u32,
 }
 
 /// Why a config was set aside.

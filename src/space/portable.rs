@@ -202,6 +202,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         pack_gqa: c.switch(PACK_GQA, 0) == 1,
         tma_rows: 0,
         persistent_per_sm: 0,
+        section_key_bytes: 0,
     })
 }
 

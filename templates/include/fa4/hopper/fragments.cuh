@@ -25,6 +25,13 @@ struct FragmentRows {
     __device__ __forceinline__ int query(int h) const { return row(h) / group; }
 };
 
+// The PV GEMM's k16 steps (two 8-column fragments of P each) that hold the first
+// kLiveTiles fragments: the only ones packed and multiplied.
+template <int kLiveTiles>
+__host__ __device__ constexpr int live_pv_steps() {
+    return (kLiveTiles + 1) / 2;
+}
+
 // ---- soft-capping: S = tanh(S * scale / cap); the softmax then scales by cap * log2(e) ---
 // (softcap_scale_log2), which folds the cap's multiply into the exp2's FMA. Only the
 // first kLiveTiles 8-column fragments: the rest of the block is hidden from every row.
@@ -124,7 +131,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     __device__ __forceinline__ bool update(float (&s)[1][kNTiles][4], float scale_log2, float (&o_scale)[2]) {
         bool rescales = false;
 #pragma unroll
-        for (int nt = kLiveTiles; nt < (kLiveTiles + 1) / 2 * 2; ++nt)
+        for (int nt = kLiveTiles; nt < 2 * live_pv_steps<kLiveTiles>(); ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
 #pragma unroll
@@ -224,7 +231,7 @@ template <bool kBf16, int kLiveTiles, int kPvSteps, int kNTiles>
 __device__ __forceinline__ void pack_p(const float (&s)[1][kNTiles][4], u32 (&p)[kPvSteps][4]) {
     static_assert(kNTiles == 2 * kPvSteps, "two 8-column fragments per k16 step");
 #pragma unroll
-    for (int ks = 0; ks < (kLiveTiles + 1) / 2; ++ks) {
+    for (int ks = 0; ks < live_pv_steps<kLiveTiles>(); ++ks) {
         p[ks][0] = pack2<kBf16>(s[0][2 * ks][0], s[0][2 * ks][1]);
         p[ks][1] = pack2<kBf16>(s[0][2 * ks][2], s[0][2 * ks][3]);
         p[ks][2] = pack2<kBf16>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);

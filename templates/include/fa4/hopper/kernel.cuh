@@ -22,6 +22,7 @@
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
 #include "fa4/hopper/fragments.cuh"
+#include "fa4/hopper/schedule.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
 #include "fa4/hopper/load.cuh"
@@ -50,17 +51,17 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     u16* const v_smem = k_smem + kStages * T::kSmemK;
     BlockScalars* const block_scalars = reinterpret_cast<BlockScalars*>(smem_raw + T::kSmemTilesBytes);
 
-    // Causal blocks further down see more keys: launch those first (longest first).
-    const int m_block = T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int batch = blockIdx.z;
+    const TileCoords tile = grid_tile<T>(params);  // causal: the heaviest tiles first
+    const int m_block = tile.m_block;
+    const int batch = tile.batch;
     const SeqView seq = seq_view<T::kPaged>(params, batch);
     const int group = params.heads_q / params.heads_kv;
     const int kGroup = T::kPackGqa ? group : 1;
     const int rows = seq.seqlen_q * kGroup;
     const int row_begin = m_block * T::kBlockM;
     if (row_begin >= rows) return;
-    const int kv_head = T::kPackGqa ? blockIdx.y : blockIdx.y / group;
-    const int head = T::kPackGqa ? kv_head * group : blockIdx.y;
+    const int kv_head = T::kPackGqa ? tile.head_idx : tile.head_idx / group;
+    const int head = T::kPackGqa ? kv_head * group : tile.head_idx;
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
@@ -218,7 +219,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // ---- epilogue: O / rowsum -> shared -> global (16-byte stores); LSE per row -----------
     cp_async_wait<0>();
     __syncthreads();  // every warpgroup is past its last read of Q: its space takes O
-    const SeqView seq_out = seq_view<T::kPaged>(params, blockIdx.z);
+    const SeqView seq_out = seq_view<T::kPaged>(params, batch);
     const int seq_rows = seq_out.seqlen_q * kGroup;
     float o_norm[2];
     float lse[2];

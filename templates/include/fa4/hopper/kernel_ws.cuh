@@ -36,6 +36,7 @@
 #include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/load.cuh"
 #include "fa4/hopper/pipeline.cuh"
+#include "fa4/hopper/schedule.cuh"
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
@@ -93,55 +94,40 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     };
 
     // ---- the work tiles: one block's rows of one head of one sequence --------------------
-    // A grid of one block per tile takes its tile from blockIdx (causal: the blocks further
-    // down, which see more keys, first). A persistent grid walks the tiles in rounds of
-    // one per block, snaking (block b takes the b-th tile of even rounds, the b-th from
-    // the end of odd ones). Unmasked and local tiles cost about the same: m-blocks
-    // fastest, so the blocks running together share a few heads' K/V in L2. Causal tiles
-    // do not: the (head, sequence) pairs go in sections of about two rounds' tiles, and
-    // within a section the m-blocks that see the most keys come first, so the snake deals
-    // every block one heavy and one light tile per two rounds.
+    // A grid of one block per tile takes its tile from schedule.cuh's launch order. A
+    // persistent grid walks the tiles in rounds of one per block, snaking (block b takes
+    // the b-th tile of even rounds, the b-th from the end of odd ones), in the same order
+    // but with causal sections of about two rounds' tiles, so the snake deals every block
+    // one heavy and one light tile per two rounds.
     const int group = params.heads_q / params.heads_kv;
     const int kGroup = T::kPackGqa ? group : 1;
     const int heads_grid = T::kPackGqa ? params.heads_kv : params.heads_q;
-    const int m_blocks = T::kPersistent ? ceil_div(params.seqlen_q * kGroup, T::kBlockM) : gridDim.x;
+    // The persistent grid's walk (a grid of one block per tile has one round).
+    const int m_blocks = T::kPersistent ? ceil_div(params.seqlen_q * kGroup, T::kBlockM) : 1;
     const int pairs = heads_grid * params.batch;
     const int tiles = T::kPersistent ? m_blocks * pairs : 1;
     const int rounds = T::kPersistent ? ceil_div(tiles, gridDim.x) : 1;
-    const int section_pairs = T::kMask == MaskKind::Causal ? ceil_div(2 * gridDim.x, imax(m_blocks, 1)) : 1;
+    const int section_pairs = T::kPersistent && T::kMask == MaskKind::Causal ? ceil_div(2 * gridDim.x, imax(m_blocks, 1)) : 1;
     struct Work {
         SeqView seq;
         int batch, head, kv_head, rows, row_begin;
         int query_first, query_last, n_end, n_tiles;
         bool first_by_copy;  // the first K/V tile runs past the keys: cp.async, zero-filled
     };
-    // Where round `round` puts this block: (batch, head or KV head, m-block), the integer
-    // divisions of the schedule; m_block < 0 past the last tile.
-    struct TileCoords {
-        int batch, head_idx, m_block;
-    };
+    // Where round `round` puts this block; m_block < 0 past the last tile.
     auto coords_at = [&](int round) {
-        TileCoords at{int(blockIdx.z), int(blockIdx.y), int(blockIdx.x)};
-        int m = blockIdx.x;
-        if constexpr (T::kPersistent) {
+        if constexpr (!T::kPersistent) {
+            return grid_tile<T>(params);
+        } else {
             const int t = round * gridDim.x + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
             if (t >= tiles) return TileCoords{0, 0, -1};  // the last round's blocks past the last tile
-            int pair;
             if constexpr (T::kMask == MaskKind::Causal) {
-                const int first_pair = t / (section_pairs * m_blocks) * section_pairs;
-                const int n_pairs = imin(section_pairs, pairs - first_pair);
-                const int local = t - first_pair * m_blocks;
-                pair = first_pair + local % n_pairs;
-                m = local / n_pairs;
+                return causal_tile(t, m_blocks, pairs, section_pairs, heads_grid);
             } else {
-                pair = t / m_blocks;
-                m = t % m_blocks;
+                const int pair = t / m_blocks;
+                return TileCoords{pair / heads_grid, pair % heads_grid, t % m_blocks};
             }
-            at.head_idx = pair % heads_grid;
-            at.batch = pair / heads_grid;
         }
-        at.m_block = T::kMask == MaskKind::Causal ? m_blocks - 1 - m : m;
-        return at;
     };
     auto work_from = [&](const TileCoords& at) {
         Work w;
@@ -391,15 +377,14 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         // With a mask, the first block (the last keys) often reaches past this consumer's
         // last visible key: causal's diagonal block for the first of two consumers, half of
         // 128 keys or all of 64 or 80. Where at most half of it is visible, its QK GEMM runs
-        // over that half (an N / 2 wgmma into the first half of S), its softmax too (p is 0
-        // beyond), and its PV GEMM over the k-steps that half's keys span. (Skipping a hidden
-        // block outright threw the consumers' pingpong out of step: 0.94x at d256.) The
-        // choice is the consumer's, uniform over its warpgroup, and fixed at compile time
-        // down each of its two paths: a wgmma's accumulators must not differ between paths
-        // that join while it runs (ptxas serialises every wgmma then). Not at head dims over
-        // 128: the block's second path costs registers that O's accumulators leave none of
-        // (d256 with sinks and softcap spilled), and d256's first block was level with it.
-        constexpr bool kHalfFirst = T::kMask != MaskKind::None && T::kHeadDimV <= 128;
+        // over that half (an N / 2 wgmma into s_half, copied into S once in), its softmax
+        // too (p is 0 beyond), and its PV GEMM over the k-steps that half's keys span.
+        // (Skipping a hidden block outright threw the consumers' pingpong out of step: 0.94x
+        // at d256.) The choice is the consumer's, uniform over its warpgroup, and fixed at
+        // compile time down each of its two paths: a wgmma's accumulators must not differ
+        // between paths that join while it runs (ptxas serialises every wgmma then). The
+        // config space renders kHalfFirst where the second path pays (space/hopper.rs).
+        constexpr bool kHalfFirst = T::kHalfFirst;
         static_assert(kNTiles % 2 == 0, "the half block is whole 8-column fragments");
         using Whole = LiveTiles<kNTiles>;
         using Half = LiveTiles<kNTiles / 2>;
@@ -431,7 +416,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         // ---- PV GEMM: O += P V over the live fragments' keys, issued only ------------------
         // (wgmma RS: P from registers, V MN-major; a k16 step covers two fragments)
         auto issue_pv = [&](int tile, auto live) {
-            constexpr int kSteps = (decltype(live)::value + 1) / 2;
+            constexpr int kSteps = live_pv_steps<decltype(live)::value>();
             const int slot = (it + tile) % kStages;
             mbarrier_wait(full_v(slot), ((it + tile) / kStages) & 1);
             if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
@@ -468,7 +453,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             release(empty_v((it + tile) % kStages));
         };
         // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
-        // rescaled (never on the first block: O is still zero).
+        // rescaled (the overlapped schedule ignores the first block's answer: O is still zero).
         auto qk_scores = [&](int tile, auto live, float (&o_scale)[2]) -> bool {
             take_turn();
             issue_qk(tile, live);

@@ -39,6 +39,9 @@ struct Traits {
     static constexpr bool kLazyRescale = Config::kLazyRescale;
     // Every k-th 8-column fragment of P exponentiated on the FMA pipes (0: none).
     static constexpr int kExp2EmuEvery = Config::kExp2EmuEvery;
+    // A masked tile's first key block over the half a consumer sees, where it is at most
+    // half visible (kernel_ws.cuh; the config space decides where it pays).
+    static constexpr bool kHalfFirst = Config::kHalfFirst;
     static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
     static constexpr int kProducerRegs = Config::kProducerRegs;
     static constexpr int kConsumerRegs = Config::kConsumerRegs;
@@ -88,6 +91,8 @@ struct Traits {
     static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");
     static_assert(!kPersistent || kWarpSpecialized, "the persistent grid is the warp-specialised schedule's");
     static_assert(!kSeparateO || kPersistent, "a slot for O pays only on a persistent grid");
+    static_assert(!kHalfFirst || (kWarpSpecialized && kMask != MaskKind::None),
+                  "the half first block is the masked warp-specialised schedule's");
     static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs O's own slot");
     static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
     static_assert(kExp2EmuEvery == 0 || kWarpSpecialized, "exp2 emulation is the warp-specialised schedule's");
