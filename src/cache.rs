@@ -21,7 +21,10 @@ use crate::fsutil::{write_atomic, WriteError};
 use crate::render::{RenderError, Renderer, KERNEL_ENTRY};
 use crate::space::{self, Candidate, Footprint, Template};
 
-pub const MANIFEST_FORMAT: &str = "fa4-gen kernel cache 1";
+/// The manifest's format. 2: causal Hopper kernels take their tiles from a grid in
+/// sections (`Footprint::section_key_bytes`), which a runtime reading format 1 would
+/// launch as `m-blocks x heads x batch` and get wrong tiles from.
+pub const MANIFEST_FORMAT: &str = "fa4-gen kernel cache 2";
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// One kernel in the cache: how to launch it and where its cubin is.

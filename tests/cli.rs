@@ -394,6 +394,7 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
     let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
     let cache = cache.to_str().unwrap();
     let mut seen_ws = false;
+    let mut seen_sections = false;
     for args in [
         &["--head-dim", "128", "--seqlen", "1024"][..],
         &["--head-dim", "128", "--seqlen", "16384", "--mask", "none"],
@@ -434,10 +435,21 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
             schedule.contains("one block per work tile"),
             "{text}"
         );
+        // Causal Hopper grids of one block per tile go in L2 sections (the default mask
+        // is causal).
+        let sections = !args.contains(&"none")
+            && !config.contains("persistent1")
+            && line("kernel").starts_with("hopper_");
+        seen_sections |= sections;
+        assert_eq!(sections, schedule.contains("L2 sections"), "{text}");
         // Paged K/V are gathered row by row: never by TMA.
         if args.contains(&"paged") {
             assert!(!schedule.contains("TMA"), "{text}");
         }
     }
     assert!(seen_ws, "the Hopper template serves sm90 d128");
+    assert!(
+        seen_sections,
+        "paged d128 causal is served by the one-block-per-tile Hopper kernel"
+    );
 }

@@ -169,6 +169,10 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
             fp.persistent_per_sm,
             if fp.persistent_per_sm == 1 { "" } else { "s" }
         )
+    } else if fp.section_key_bytes > 0 {
+        "one block per work tile, causal tiles in L2 sections of a few (head, sequence) \
+         pairs, heaviest first"
+            .to_string()
     } else {
         "one block per work tile".to_string()
     });

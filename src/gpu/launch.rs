@@ -303,8 +303,8 @@ pub fn launch_grid(
 /// 50 MB, leaving room for Q, O and the K/V of the section before.
 const SECTION_L2_BYTES: u64 = 32 << 20;
 /// At most this many pairs per section, so the blocks running together still share a few
-/// pairs' K/V as they read it (sections of up to 256 pairs at 512 tokens ran 1 to 2.5%
-/// slower than sections of 8 or 16 on the H200).
+/// pairs' K/V as they read it (sections of up to 256 pairs ran 2.5% slower at 512 tokens
+/// than sections of 16 or 8 on the H200: bench/NOTES.md).
 const MAX_SECTION_PAIRS: u64 = 16;
 
 /// Pairs per section of a causal grid of `pairs` x `m_blocks` tiles. Taken one pair at a
