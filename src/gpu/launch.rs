@@ -253,21 +253,28 @@ pub fn launch_grid(
     params: &FwdParams,
     sm_count: u32,
 ) -> Option<(u32, u32, u32)> {
-    let (rows, heads) = if footprint.pack_gqa {
-        let group = (params.heads_q / params.heads_kv.max(1)) as u64;
+    // Query heads per KV head: pack-GQA makes them the rows of one KV head's tiles.
+    let group = (params.heads_q / params.heads_kv.max(1)) as u64;
+    let (rows, heads, pairs_per_kv) = if footprint.pack_gqa {
         (
             params.seqlen_q.max(0) as u64 * group,
             params.heads_kv as u32,
+            1,
         )
     } else {
-        (params.seqlen_q.max(0) as u64, params.heads_q as u32)
+        (
+            params.seqlen_q.max(0) as u64,
+            params.heads_q as u32,
+            group.max(1),
+        )
     };
     let grid_x = rows.div_ceil(u64::from(footprint.block_m.max(1)));
     if grid_x == 0 || params.batch <= 0 {
         return None;
     }
+    let pairs = u64::from(heads) * params.batch as u64;
     if footprint.persistent_per_sm > 0 {
-        let tiles = grid_x * u64::from(heads) * params.batch as u64;
+        let tiles = grid_x * pairs;
         let mut blocks = u64::from(footprint.persistent_per_sm * sm_count.max(1));
         if mask == MaskKind::Causal {
             let section_pairs = (2 * blocks / grid_x).max(1);
@@ -278,17 +285,11 @@ pub fn launch_grid(
         return Some((tiles.min(blocks) as u32, 1, 1));
     }
     if mask == MaskKind::Causal && footprint.section_key_bytes > 0 {
-        let pairs = u64::from(heads) * params.batch as u64;
-        let heads_per_kv = if footprint.pack_gqa {
-            1
-        } else {
-            (params.heads_q / params.heads_kv.max(1)).max(1) as u64
-        };
         let mut section_pairs = causal_section_pairs(
             pairs,
             grid_x,
             params.seqlen_k.max(1) as u64 * u64::from(footprint.section_key_bytes),
-            heads_per_kv,
+            pairs_per_kv,
             sm_count,
         );
         // The grid's y dimension stops at 65535 sections.
@@ -314,20 +315,20 @@ const MAX_SECTION_PAIRS: u64 = 16;
 /// of several pairs, each pair's heaviest m-block first, then their next, even out the
 /// waves. One pair at a time where a pair's m-blocks fill most of a wave already: the
 /// model then loses nothing, and more pairs in flight only share less K/V in L2.
-/// Otherwise as many pairs as keep the section's K/V (`pair_bytes` each; query heads that
-/// share a KV head side by side count once) in `SECTION_L2_BYTES`, at most
+/// Otherwise as many pairs as keep the section's K/V (`pair_bytes` each; `pairs_per_kv`
+/// query heads side by side share one KV head's) in `SECTION_L2_BYTES`, at most
 /// `MAX_SECTION_PAIRS`, evened so the last section is not a sliver.
 pub fn causal_section_pairs(
     pairs: u64,
     m_blocks: u64,
     pair_bytes: u64,
-    heads_per_kv: u64,
+    pairs_per_kv: u64,
     sm_count: u32,
 ) -> u64 {
     if pairs <= 1 || 8 * m_blocks >= 7 * u64::from(sm_count) {
         return 1;
     }
-    let fit = (SECTION_L2_BYTES * heads_per_kv / pair_bytes.max(1)).clamp(1, MAX_SECTION_PAIRS);
+    let fit = (SECTION_L2_BYTES * pairs_per_kv / pair_bytes.max(1)).clamp(1, MAX_SECTION_PAIRS);
     let sections = pairs.div_ceil(fit.min(pairs));
     pairs.div_ceil(sections)
 }
@@ -819,9 +820,9 @@ mod tests {
         out
     }
 
-    #[test]
-    fn causal_grids_in_sections_cover_every_tile_once_heaviest_first() {
-        let fp = Footprint {
+    /// A causal d128 bf16 Hopper kernel of one block per 128-row tile.
+    fn sectioned_footprint() -> Footprint {
+        Footprint {
             threads: 384,
             block_m: 128,
             smem_bytes: 0,
@@ -830,7 +831,12 @@ mod tests {
             tma_rows: 128,
             persistent_per_sm: 0,
             section_key_bytes: 2 * (128 + 128),
-        };
+        }
+    }
+
+    #[test]
+    fn causal_grids_in_sections_cover_every_tile_once_heaviest_first() {
+        let fp = sectioned_footprint();
         let cases = [
             // (seqlen, heads_q, heads_kv, batch, pack_gqa)
             (512, 16, 16, 32, false), // the FA3 grid at d128: 512 pairs of 4 m-blocks
@@ -922,17 +928,7 @@ mod tests {
             batch: 40000,
             ..good()
         };
-        let fp = Footprint {
-            threads: 384,
-            block_m: 128,
-            smem_bytes: 0,
-            est_registers: 0,
-            pack_gqa: false,
-            tma_rows: 128,
-            persistent_per_sm: 0,
-            section_key_bytes: 512,
-        };
-        let (x, y, z) = launch_grid(MaskKind::Causal, &fp, &p, 132).unwrap();
+        let (x, y, z) = launch_grid(MaskKind::Causal, &sectioned_footprint(), &p, 132).unwrap();
         assert!(y <= 65535 && z == 1, "{x} {y} {z}");
         assert!(u64::from(x) * u64::from(y) >= 64 * 40000);
     }
