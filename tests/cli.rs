@@ -400,6 +400,7 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
         &["--head-dim", "128", "--seqlen", "1024"][..],
         &["--head-dim", "128", "--seqlen", "16384", "--mask", "none"],
         &["--head-dim", "64", "--seqlen", "512"],
+        &["--head-dim", "64", "--seqlen", "16384", "--mask", "none"],
         &[
             "--head-dim",
             "128",
@@ -426,6 +427,23 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
         let ws = config.contains("ws1");
         seen_ws |= ws;
         assert_eq!(ws, schedule.starts_with("warp-specialised"), "{text}");
+        // The producer's ring depth, as the config's `s<stages>` says (d64 at 16k takes
+        // the three-stage tile where the tuner picked it).
+        let stages = config
+            .split('_')
+            .next()
+            .and_then(|tile| tile.rsplit('s').next())
+            .unwrap();
+        assert_eq!(
+            ws,
+            schedule.contains(&format!("a {stages}-stage K/V ring")),
+            "{text}"
+        );
+        assert_eq!(
+            config.contains("lazy1"),
+            schedule.contains("O rescaled lazily"),
+            "{text}"
+        );
         assert_eq!(
             config.contains("persistent1"),
             schedule.contains("persistent grid"),

@@ -146,11 +146,13 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
         for (switch, what) in [
             (switches::PINGPONG, "pingpong"),
             (switches::OVERLAP, "softmax under the previous PV GEMM"),
+            (switches::LAZY_RESCALE, "O rescaled lazily"),
         ] {
             if config.switch(switch, 0) == 1 {
                 p.push(what.to_string());
             }
         }
+        p.push(format!("a {}-stage K/V ring", config.stages));
         p
     } else {
         vec![format!(
