@@ -710,7 +710,11 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(fits(64), vec![true, true], "plain and lazy, at d64");
-        assert_eq!(fits(128), vec![false, false], "d128's K/V stages do not fit three");
+        assert_eq!(
+            fits(128),
+            vec![false, false],
+            "d128's K/V stages do not fit three"
+        );
     }
 
     #[test]
