@@ -199,6 +199,8 @@ pub struct Row {
     pub kernel: String,
     pub config: String,
     pub is_default: bool,
+    /// The commit the binary (and so its kernels) was built from, `-dirty` with changes.
+    pub commit: &'static str,
 }
 
 /// A buffer larger than the L2 cache, overwritten before every timed run.
@@ -284,6 +286,7 @@ pub fn row(
         kernel: kernel.to_string(),
         config: config.to_string(),
         is_default,
+        commit: env!("FA4_GEN_COMMIT"),
     }
 }
 
@@ -311,6 +314,40 @@ mod tests {
             .find(|c| c.head_dim == 64 && c.seqlen == 16384)
             .unwrap();
         assert_eq!((c.batch, c.heads), (1, 32));
+    }
+
+    /// A row carries compare.py's keys, the median of the sorted times with their
+    /// spread, and the commit its kernels were built from.
+    #[test]
+    fn a_row_is_the_median_with_its_spread_and_provenance() {
+        let cell = &paper_grid(&[128], &[16384], &[MaskKind::Causal], 16384, 2048)[0];
+        let spec = KernelSpec::new(fa4_spec::Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        let r = row(
+            &spec,
+            cell,
+            &[1.0, 2.0, 4.0],
+            "k",
+            "c",
+            true,
+            "fa4-gen-hopper",
+        );
+        assert_eq!((r.ms, r.ms_min, r.ms_max, r.runs), (2.0, 1.0, 4.0, 3));
+        // 4 b h s^2 d, halved for causal: 16 heads, one sequence of 16384 tokens.
+        let flops = 4.0 * 16.0 * 16384f64.powi(2) * 128.0 / 2.0;
+        assert!(
+            (r.tflops - flops / 2e-3 / 1e12).abs() < 1e-6,
+            "{}",
+            r.tflops
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        for key in [
+            "backend", "hdim", "seqlen", "causal", "ms", "tflops", "commit",
+        ] {
+            assert!(json.get(key).is_some(), "no {key} in {json}");
+        }
+        assert_eq!(json["causal"], 1);
+        assert!(!r.commit.is_empty());
+        assert_eq!(r.commit, env!("FA4_GEN_COMMIT"));
     }
 }
 
