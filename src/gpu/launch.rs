@@ -792,13 +792,7 @@ mod tests {
         pack_gqa: bool,
         block_m: u32,
     ) -> Vec<Option<(i32, i32, i32)>> {
-        let heads = if pack_gqa { p.heads_kv } else { p.heads_q };
-        let rows = if pack_gqa {
-            p.seqlen_q * (p.heads_q / p.heads_kv)
-        } else {
-            p.seqlen_q
-        };
-        let m_blocks = (rows as u32).div_ceil(block_m) as i32;
+        let (heads, m_blocks) = tile_shape(p, pack_gqa, block_m);
         let mut out = Vec::new();
         for y in 0..grid.1 as i32 {
             for x in 0..grid.0 as i32 {
@@ -818,6 +812,17 @@ mod tests {
             }
         }
         out
+    }
+
+    /// (heads of the grid, m-blocks per pair): KV heads over all their query heads' rows
+    /// with pack-GQA, as the kernel counts them.
+    fn tile_shape(p: &FwdParams, pack_gqa: bool, block_m: u32) -> (i32, i32) {
+        let (heads, rows) = if pack_gqa {
+            (p.heads_kv, p.seqlen_q * (p.heads_q / p.heads_kv))
+        } else {
+            (p.heads_q, p.seqlen_q)
+        };
+        (heads, (rows as u32).div_ceil(block_m) as i32)
     }
 
     /// A causal d128 bf16 Hopper kernel of one block per 128-row tile.
@@ -861,13 +866,7 @@ mod tests {
             let grid = launch_grid(MaskKind::Causal, &fp, &p, 132).unwrap();
             assert_eq!(grid.2, 1, "{grid:?}");
             let tiles = sectioned_tiles(grid, &p, pack_gqa, fp.block_m);
-            let heads = if pack_gqa { heads_kv } else { heads_q };
-            let rows = if pack_gqa {
-                seqlen * (heads_q / heads_kv)
-            } else {
-                seqlen
-            };
-            let m_blocks = (rows as u32).div_ceil(128) as i32;
+            let (heads, m_blocks) = tile_shape(&p, pack_gqa, fp.block_m);
             let mut seen = std::collections::BTreeSet::new();
             for t in tiles.iter().flatten() {
                 assert!(seen.insert(*t), "tile {t:?} twice in {grid:?}");
