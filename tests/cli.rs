@@ -31,12 +31,12 @@ fn list_json_is_the_whole_space() {
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     // Portable: causal and local specs add 12 warp-skipping candidates to the 72 every
-    // spec has; Hopper: 20 stage-1, 11 warp-specialised, 6 persistent and 1 three-stage
-    // candidates per spec, and the 14 of those with pingpong and overlap again with lazy
-    // rescaling.
+    // spec has; Hopper: 20 stage-1, 11 warp-specialised, 6 persistent, 2 persistent
+    // single-consumer and 1 three-stage candidates per spec, and the 16 of those with
+    // overlap and pingpong (or a persistent block of their own) again with lazy rescaling.
     assert_eq!(
         rows.len(),
-        2 * 72 + 4 * 84 + 6 * (20 + 11 + 6 + 1 + 14),
+        2 * 72 + 4 * 84 + 6 * (20 + 11 + 6 + 2 + 1 + 16),
         "6 specs (dtype x mask) per template"
     );
     assert_eq!(

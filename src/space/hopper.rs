@@ -99,6 +99,15 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
         c.switches.insert(PERSISTENT.to_string(), 1);
         out.push(c);
     }
+    // One consumer per block and two blocks per SM, persistent: the two blocks' tiles
+    // start and end at unrelated times, so one block's epilogue and first softmax run
+    // under the other's GEMMs (two consumers of one tile meet every tile's start and end
+    // together). Only where two blocks' shared memory fits an SM (check()).
+    for block_n in [64, 128] {
+        let mut c = ws_config(1, block_n, 0, 1, 0);
+        c.switches.insert(PERSISTENT.to_string(), 1);
+        out.push(c);
+    }
     // A third ring stage for the three-consumer tile, where shared memory holds it (d64):
     // +2 to 6% on long unmasked sequences against its two-stage twin. Not on the other
     // tiles: two consumers over 128 keys ran 0.95 to 1.03x (d128), the persistent tiles
@@ -106,10 +115,13 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
     let mut c = ws_config(3, 128, 1, 1, 0);
     c.stages = 3;
     out.push(c);
-    // Lazy rescaling on every tile with pingpong and overlap.
+    // Lazy rescaling on every tile with pingpong (or a block of its own) and overlap.
     let lazy: Vec<TileConfig> = out
         .iter()
-        .filter(|c| c.switch(PINGPONG, 0) == 1 && c.switch(OVERLAP, 0) == 1)
+        .filter(|c| {
+            (c.switch(PINGPONG, 0) == 1 || (persistent(c) && c.warps == 8))
+                && c.switch(OVERLAP, 0) == 1
+        })
         .map(|c| {
             let mut c = c.clone();
             c.switches.insert(LAZY_RESCALE.to_string(), 1);
@@ -346,6 +358,15 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
     }
     let smem = smem_bytes(spec, c);
     let limit = spec.arch.max_smem_per_block();
+    if persistent(c) && compute_warps == 4 && register_split(spec, c).blocks_per_sm < 2 {
+        return reject(
+            RejectKind::SharedMemory,
+            format!(
+                "a persistent single consumer shares its SM with a second block, and two blocks of {} KiB do not fit",
+                smem.div_ceil(1024)
+            ),
+        );
+    }
     if smem > limit {
         return reject(
             RejectKind::SharedMemory,
@@ -404,8 +425,10 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 /// K/V: the warp-specialised schedule with pingpong and overlap, three consumers over 128
 /// keys at d64 (1.14x the stage-1 pick), two over 128 at d128 (1.37x), two over 80 at
 /// d256 (1.40x) and, untimed, d192 (`bench/results/2026-11-30-h200-*-ws-tma-bench.json`).
-/// Sliding windows see a few key blocks per query block: one warpgroup (one consumer at
-/// d128) over 64 keys led on window (128, 0). Paged K/V keep the stage-1 schedule, whose
+/// Sliding windows see a few key blocks per query block: one warpgroup over 64 keys led
+/// on window (128, 0) at d64; at d128 one consumer over 64 keys, persistent with two
+/// blocks per SM, 1.06x the non-persistent one over windows of 128 and 1024 keys
+/// (`bench/results/2026-12-02-h200-1107d61-dirty-local-*`). Paged K/V keep the stage-1 schedule, whose
 /// every warp shares the page lookups (the producer alone ran 0.7 to 0.8x). Then smaller
 /// tiles, for feature sets that need more registers (ptxas has the last word: a test
 /// compiles every default without spills).
@@ -413,17 +436,24 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     let local = spec.mask == MaskKind::Local;
     let paged = spec.features.paged_kv;
     if !paged {
-        let ws: &[(u32, u32, u32, u32)] = match (spec.head_dim, local) {
+        // (consumers, block_n, pingpong, overlap, persistent)
+        let ws: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, local) {
             (..=64, true) => &[],
-            (..=128, true) => &[(1, 64, 0, 1)],
+            (..=128, true) => &[(1, 64, 0, 1, 1), (1, 64, 0, 1, 0)],
             (_, true) => &[],
-            (..=64, false) => &[(3, 128, 1, 1), (2, 128, 1, 1)],
-            (..=128, false) => &[(2, 128, 1, 1), (2, 80, 1, 1)],
-            _ => &[(2, 80, 1, 1), (2, 64, 1, 1)],
+            (..=64, false) => &[(3, 128, 1, 1, 0), (2, 128, 1, 1, 0)],
+            (..=128, false) => &[(2, 128, 1, 1, 0), (2, 80, 1, 1, 0)],
+            _ => &[(2, 80, 1, 1, 0), (2, 64, 1, 1, 0)],
         };
         if let Some(c) = ws
             .iter()
-            .map(|&(n, bn, pp, ov)| ws_config(n, bn, pp, ov, 0))
+            .map(|&(n, bn, pp, ov, pers)| {
+                let mut c = ws_config(n, bn, pp, ov, 0);
+                if pers == 1 {
+                    c.switches.insert(PERSISTENT.to_string(), 1);
+                }
+                c
+            })
             .find(|c| check(spec, c).is_ok())
         {
             return c;
@@ -718,6 +748,26 @@ mod tests {
     }
 
     #[test]
+    fn a_persistent_single_consumer_runs_two_blocks_per_sm_or_not_at_all() {
+        // (block_n, lazy) of each enumerated persistent single-consumer candidate that
+        // passes the checks, and how many of its blocks the launch puts on an SM.
+        let fits = |hd| {
+            let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, MaskKind::Causal);
+            candidates(&spec)
+                .into_iter()
+                .filter(|c| persistent(c) && c.warps == 8)
+                .filter_map(|c| {
+                    let fp = check(&spec, &c).ok()?;
+                    Some((c.block_n, c.switch(LAZY_RESCALE, 0), fp.persistent_per_sm))
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(fits(64), vec![(64, 0, 2), (128, 0, 2), (64, 1, 2), (128, 1, 2)]);
+        assert_eq!(fits(128), vec![(64, 0, 2), (64, 1, 2)], "two blocks over 128 keys need 354 KiB");
+        assert_eq!(fits(256), vec![], "no d256 tile fits twice");
+    }
+
+    #[test]
     fn defaults_take_the_warp_specialized_schedule_where_it_led() {
         let ws = |hd, mask, paged| {
             let mut spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, mask);
@@ -730,6 +780,8 @@ mod tests {
         assert_eq!(ws(128, MaskKind::None, false), (true, 128, 128));
         assert_eq!(ws(256, MaskKind::Causal, false), (true, 128, 80));
         assert_eq!(ws(128, MaskKind::Local, false), (true, 64, 64));
+        let local = default_config(&KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Local));
+        assert!(persistent(&local), "d128 windows: a persistent single consumer, two blocks per SM");
         // Pages stay with the stage-1 schedule, whose every warp shares the lookups.
         assert!(!ws(128, MaskKind::Causal, true).0);
         assert!(!ws(64, MaskKind::Local, false).0);
