@@ -35,6 +35,8 @@ typedef struct {
     uint32_t mask;         /* 0 none, 1 causal, 2 local (sliding window) */
     uint32_t features;     /* bit 0 sinks, bit 1 softcap, bit 2 paged K/V */
     uint32_t max_seqlen_q; /* longest query sequence of the batch */
+    int32_t window_left;   /* FlashAttention's window_size (-1: unbounded), read for local masks: */
+    int32_t window_right;  /* a window bounded on both sides is served by its width's bucket */
 } fa4gen_query;
 
 typedef struct {

@@ -58,6 +58,9 @@ pub struct Fa4genQuery {
     pub features: u32,
     /// The longest query sequence of the batch.
     pub max_seqlen_q: u32,
+    /// FlashAttention's `window_size` (-1: unbounded); read for local masks.
+    pub window_left: i32,
+    pub window_right: i32,
 }
 
 /// The chosen kernel. Mirrors `fa4gen_selection` in `fa4gen.h`.
@@ -218,6 +221,7 @@ fn query(q: &Fa4genQuery) -> Result<Query, String> {
             paged_kv: q.features & 4 != 0,
         },
         max_seqlen_q: q.max_seqlen_q,
+        window: (q.window_left, q.window_right),
     })
 }
 
@@ -393,7 +397,26 @@ mod tests {
             mask: 1,
             features: 0,
             max_seqlen_q: seqlen,
+            window_left: -1,
+            window_right: -1,
         }
+    }
+
+    #[test]
+    fn the_query_carries_a_local_window_to_the_dispatcher() {
+        let q = query(&Fa4genQuery {
+            mask: 2,
+            window_left: 1000,
+            window_right: 0,
+            ..d128(16384)
+        })
+        .unwrap();
+        assert_eq!((q.mask, q.window), (MaskKind::Local, (1000, 0)));
+        assert_eq!(
+            crate::db::Bucket::of_call(q.mask, q.window, q.max_seqlen_q).seqlen,
+            1024,
+            "a window of 1000 keys is served by the width-1024 bucket"
+        );
     }
 
     #[test]

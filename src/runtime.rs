@@ -2,7 +2,8 @@
 //! which kernel serves a problem. [`KernelCache::select`] is a pure lookup: no GPU, no
 //! allocation, a map search and a scan of at most nine buckets.
 //!
-//! Bucketing: the problem's longest query sequence picks a sequence-length bucket; the
+//! Bucketing: the problem's longest query sequence picks a sequence-length bucket (a
+//! sliding window bounded on both sides: its width); the
 //! spec's tuned choice for that bucket serves it, or the nearest tuned bucket's; a spec
 //! with no tuned record serves its heuristic default (never an error). A problem no
 //! cached spec covers is an error naming what is unsupported.
@@ -30,6 +31,9 @@ pub struct Query {
     pub features: Features,
     /// The longest query sequence of the batch (`max_seqlen_q`).
     pub max_seqlen_q: u32,
+    /// FlashAttention's `window_size` (-1: unbounded), read for local masks: a window
+    /// bounded on both sides is served by the bucket of its width ([`Bucket::of_call`]).
+    pub window: (i32, i32),
 }
 
 /// Why a kernel was chosen.
@@ -202,7 +206,7 @@ impl KernelCache {
         let Some(ix) = self.index.get(&spec) else {
             return Err(self.why_not(q));
         };
-        let wanted = Bucket::of(q.max_seqlen_q.max(1)).seqlen;
+        let wanted = Bucket::of_call(q.mask, q.window, q.max_seqlen_q).seqlen;
         let log2 = |b: u32| b.trailing_zeros() as i32;
         let pick = ix
             .tuned
@@ -364,6 +368,7 @@ pub(crate) mod tests {
             mask: MaskKind::Causal,
             features: Features::default(),
             max_seqlen_q: seqlen,
+            window: (-1, -1),
         }
     }
 
@@ -398,6 +403,48 @@ pub(crate) mod tests {
         // An untuned spec serves its default, never an error; seqlen 0 is fine.
         let s = cache.select(&query(64, 0)).unwrap();
         assert_eq!((s.id, s.reason), ("c_d64_default", Reason::Default));
+    }
+
+    #[test]
+    fn a_sliding_window_is_served_by_its_width_not_its_sequence() {
+        // d128 local: the default at width 128, another tile tuned at width 1024.
+        let mut m = manifest();
+        let local = spec(128, MaskKind::Local);
+        let d128 = m.kernels["a_d128_default"].config.clone();
+        let wide = m.kernels["b_d128_tuned"].config.clone();
+        m.kernels.insert("d_local_default".into(), entry(local, d128));
+        m.kernels.insert("e_local_wide".into(), entry(local, wide));
+        m.archs.get_mut(&Arch::Sm90).unwrap().specs.insert(
+            local.tag(),
+            SpecEntry {
+                default: "d_local_default".into(),
+                tuned: BTreeMap::from([
+                    (128, "d_local_default".into()),
+                    (1024, "e_local_wide".into()),
+                ]),
+            },
+        );
+        let (_dir, cache) = open(&m);
+        let cache = cache.unwrap();
+        let at = |seqlen, window| {
+            let s = cache
+                .select(&Query {
+                    mask: MaskKind::Local,
+                    window,
+                    ..query(128, seqlen)
+                })
+                .unwrap();
+            (s.id, s.reason)
+        };
+        // gpt-oss's window over long prompts: width 128, whatever the length.
+        assert_eq!(at(16384, (128, 0)), ("d_local_default", Reason::Tuned { bucket: 128 }));
+        assert_eq!(at(300, (1000, 0)), ("e_local_wide", Reason::Tuned { bucket: 1024 }));
+        assert_eq!(at(100_000, (500, 500)), ("e_local_wide", Reason::Tuned { bucket: 1024 }));
+        // Unbounded on one side: the sequence's length, as for causal (4096 -> nearest 1024).
+        assert_eq!(
+            at(3000, (-1, 64)),
+            ("e_local_wide", Reason::NearestTuned { bucket: 1024, wanted: 4096 })
+        );
     }
 
     #[test]

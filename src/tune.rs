@@ -32,9 +32,8 @@ use crate::verify::{self, Support};
 /// hidden 2048), so `batch = tokens / seqlen` and `heads = hidden / head_dim`.
 pub const TOKENS: i32 = 16384;
 pub const HIDDEN: i32 = 2048;
-/// Local masks are timed with gpt-oss's window; softcap kernels with Gemma-2's cap;
-/// paged kernels with pages of 16 keys.
-pub const WINDOW: (i32, i32) = (128, 0);
+/// Softcap kernels are timed with Gemma-2's cap; paged kernels with pages of 16 keys.
+/// (Local masks: see [`bucket_cell`].)
 pub const SOFTCAP: f32 = 50.0;
 pub const PAGE_SIZE: i32 = 16;
 /// Kernel time spent per (candidate, bucket): runs are timed one by one after an L2
@@ -80,9 +79,17 @@ pub fn timing_policy() -> TimingPolicy {
     }
 }
 
-/// The problem a bucket is timed on.
+/// The problem a bucket is timed on. A local mask's bucket is the width of its window
+/// ([`Bucket::of_call`]): window `(bucket, 0)` over sequences four times as long, at
+/// least 4096 (gpt-oss's prompts in `bench --layers`), so nearly every tile sees the
+/// whole window.
 pub fn bucket_cell(spec: &KernelSpec, bucket: Bucket) -> Cell {
-    let seqlen = bucket.seqlen as i32;
+    let (seqlen, window) = if spec.mask == MaskKind::Local {
+        let width = bucket.seqlen as i32;
+        ((4 * width).clamp(4096, Bucket::MAX as i32), (width, 0))
+    } else {
+        (bucket.seqlen as i32, (-1, -1))
+    };
     let heads = (HIDDEN / spec.head_dim as i32).max(1);
     Cell {
         head_dim: spec.head_dim,
@@ -94,7 +101,7 @@ pub fn bucket_cell(spec: &KernelSpec, bucket: Bucket) -> Cell {
         layer: None,
         features: Some(spec.features),
         mask: spec.mask,
-        window: WINDOW,
+        window,
         softcap: SOFTCAP,
     }
 }
@@ -1240,6 +1247,13 @@ mod tests {
         // Longer than the token count: one sequence.
         let c = bucket_cell(&spec, Bucket::of(32768));
         assert_eq!((c.seqlen, c.batch), (32768, 1));
+        // A local key: a window as wide as its bucket, which the dispatcher maps back to it.
+        let local = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Local);
+        for (bucket, seqlen, batch) in [(128, 4096, 4), (1024, 4096, 4), (2048, 8192, 2), (16384, 32768, 1)] {
+            let c = bucket_cell(&local, Bucket::of(bucket));
+            assert_eq!((c.seqlen, c.batch, c.window), (seqlen, batch, (bucket as i32, 0)));
+            assert_eq!(Bucket::of_call(MaskKind::Local, c.window, c.seqlen as u32).seqlen, bucket);
+        }
     }
 
     #[test]

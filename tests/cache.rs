@@ -91,6 +91,7 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
             mask: MaskKind::Causal,
             features: Features::default(),
             max_seqlen_q: seqlen,
+            window: (-1, -1),
         };
         let s = cache.select(&q).unwrap();
         let bucket = fa4_gen::db::Bucket::of(seqlen).seqlen;

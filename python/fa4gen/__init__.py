@@ -52,7 +52,8 @@ class Fa4genError(RuntimeError):
 
 class _Query(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint32) for name in
-                ("arch", "dtype", "head_dim", "head_dim_v", "mask", "features", "max_seqlen_q")]
+                ("arch", "dtype", "head_dim", "head_dim_v", "mask", "features", "max_seqlen_q")] + [
+        ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32)]
 
 
 class _Selection(ctypes.Structure):
@@ -141,7 +142,9 @@ class KernelCache:
     def select(self, head_dim, max_seqlen_q, dtype="bf16", causal=False, window_size=(-1, -1),
                sinks=False, softcap=0.0, paged=False, head_dim_v=None, arch="sm90"):
         """The kernel for a problem, as flash_attn_varlen_func's arguments describe it:
-        a finite ``window_size`` side means a local mask, ``softcap > 0`` soft-capping,
+        a finite ``window_size`` side means a local mask (one bounded on both sides, with
+        ``causal`` its right side 0, is served by the bucket of its width, not of
+        ``max_seqlen_q``), ``softcap > 0`` soft-capping,
         ``paged`` a block table. Returns a dict: kernel id, cubin, launch parameters and
         why it was chosen. Raises Fa4genError naming what is unsupported."""
         local = any(w >= 0 for w in window_size)
@@ -153,6 +156,8 @@ class KernelCache:
             mask=2 if local else (1 if causal else 0),
             features=(1 if sinks else 0) | (2 if softcap > 0 else 0) | (4 if paged else 0),
             max_seqlen_q=max_seqlen_q,
+            window_left=int(window_size[0]),
+            window_right=0 if causal else int(window_size[1]),  # causal bounds the right side
         )
         s = _Selection()
         _check(_library().fa4gen_select(self._handle, ctypes.byref(q), ctypes.byref(s)))

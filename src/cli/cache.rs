@@ -49,6 +49,10 @@ pub struct ExplainArgs {
     /// none, causal or local.
     #[arg(long, default_value = "causal")]
     pub mask: String,
+    /// Sliding window LEFT,RIGHT for local masks (-1: unbounded); one bounded on both
+    /// sides is served by the bucket of its width.
+    #[arg(long, value_delimiter = ',', default_values_t = [-1, -1], allow_negative_numbers = true)]
+    pub window: Vec<i32>,
     /// none, or sinks, softcap, paged joined with +.
     #[arg(long, default_value = "none")]
     pub features: String,
@@ -196,6 +200,14 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         mask,
         features,
         max_seqlen_q: a.seqlen,
+        window: match a.window[..] {
+            [left, right] if left >= -1 && right >= -1 => (left, right),
+            _ => {
+                return Err(CliError::Usage(
+                    "--window takes LEFT,RIGHT, each -1 (unbounded) or more".into(),
+                ))
+            }
+        },
     };
     let s = cache
         .select(&q)

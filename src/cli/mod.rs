@@ -1112,7 +1112,8 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     let mut rows = Vec::new();
     for (cell, features) in cells {
         for feature_set in features {
-            let bucket = crate::db::Bucket::of(cell.seqlen.max(1) as u32).seqlen;
+            let bucket =
+                crate::db::Bucket::of_call(cell.mask, cell.window, cell.seqlen.max(1) as u32).seqlen;
             let winner = |k: &BuiltKernel| {
                 tuned.get(&(k.candidate.template, k.candidate.spec, bucket))
                     == Some(&k.candidate.config)

@@ -93,6 +93,7 @@ impl PrefillArgs {
             mask,
             features,
             max_seqlen_q: p.seqlen_q.max(0) as u32,
+            window,
         };
         (query, p)
     }
