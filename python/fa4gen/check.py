@@ -229,6 +229,9 @@ def feature_cases(d, dtype, cache):
     yield run_varlen("varlen ragged", d, dtype, RAGGED, 8, 8, cache=cache)
     yield run_varlen("varlen window(64,0)", d, dtype, RAGGED, 8, 8, causal=True, window=(64, 0), cache=cache)
     yield run_varlen("varlen window(48,16)", d, dtype, RAGGED, 8, 4, window=(48, 16), cache=cache)
+    # A window of 500 keys: served by the width-512 bucket's tuned choice, not the default.
+    yield run_varlen("varlen window(500,0) gqa4", d, dtype, [(2048, 2048), (700, 700), (77, 77), (0, 0)], 8, 2,
+                     causal=True, window=(500, 0), cache=cache)
     yield run_varlen("varlen sinks causal gqa8", d, dtype, RAGGED, 16, 2, causal=True, sinks=True, cache=cache)
     yield run_varlen("varlen softcap causal", d, dtype, RAGGED, 8, 8, causal=True, softcap=2.0, cache=cache)
     yield run_varlen("varlen softcap+sinks window(32,0)", d, dtype, RAGGED, 8, 2, causal=True, window=(32, 0),
@@ -249,6 +252,8 @@ def layer_cases(cache):
                      cache=cache)
     yield run_varlen("gpt-oss-20b full layer (64/8, sinks)", 64, bf, [(2048, 2048), (1000, 1000)], 64, 8,
                      causal=True, sinks=True, cache=cache)
+    yield run_varlen("sliding window 1024 with sinks (64/8)", 64, bf, [(4096, 4096), (1500, 1500)], 64, 8,
+                     causal=True, window=(1024, 0), sinks=True, cache=cache)
     yield run_varlen("llama-3-8b layer (32/8, causal)", 128, bf, [(2048, 2048), (513, 513), (0, 0)], 32, 8,
                      causal=True, cache=cache)
     yield run_varlen("llama-3-8b prefix over pages of 16", 128, bf, [(500, 1500), (1, 2047)], 32, 8, causal=True,
