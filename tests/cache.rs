@@ -288,7 +288,9 @@ with fa4gen.KernelCache("generated") as c:
     s = c.select(head_dim=96, max_seqlen_q=4096, causal=True)
     print(s["kernel"], s["reason"], s["bucket"], s["threads"])
     w = c.select(head_dim=64, max_seqlen_q=300, window_size=(128, 0), sinks=True)
-    print(w["kernel"], w["reason"])
+    print(w["kernel"], w["reason"], w["bucket"], w["is_default"])
+    w = c.select(head_dim=64, max_seqlen_q=300, window_size=(1000, 0), causal=True, sinks=True)
+    print(w["kernel"], w["reason"], w["bucket"], w["is_default"])
     try:
         c.select(head_dim=80, max_seqlen_q=10)
     except fa4gen.Fa4genError as e:
@@ -310,13 +312,19 @@ except fa4gen.Fa4genError as e:
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // d96 is the portable template's, tuned; d64 the Hopper template's default.
+    // d96 is the portable template's, tuned; d64 with sinks over a window the Hopper
+    // template's, by the window's width (128: its default kept; 1000: the width-1024 pick),
+    // whatever max_seqlen_q.
     assert!(
         text.contains("portable_sm90_bf16_d96_causal_") && text.contains(" tuned 4096 "),
         "{text}"
     );
     assert!(
-        text.contains("hopper_sm90_bf16_d64_local_sinks_") && text.contains(" default"),
+        text.contains("hopper_sm90_bf16_d64_local_sinks_m64n64w4s2_") && text.contains(" tuned 128 True"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hopper_sm90_bf16_d64_local_sinks_m128n128w12s2_") && text.contains(" tuned 1024 False"),
         "{text}"
     );
     assert!(
