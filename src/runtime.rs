@@ -412,7 +412,8 @@ pub(crate) mod tests {
         let local = spec(128, MaskKind::Local);
         let d128 = m.kernels["a_d128_default"].config.clone();
         let wide = m.kernels["b_d128_tuned"].config.clone();
-        m.kernels.insert("d_local_default".into(), entry(local, d128));
+        m.kernels
+            .insert("d_local_default".into(), entry(local, d128));
         m.kernels.insert("e_local_wide".into(), entry(local, wide));
         m.archs.get_mut(&Arch::Sm90).unwrap().specs.insert(
             local.tag(),
@@ -437,13 +438,28 @@ pub(crate) mod tests {
             (s.id, s.reason)
         };
         // gpt-oss's window over long prompts: width 128, whatever the length.
-        assert_eq!(at(16384, (128, 0)), ("d_local_default", Reason::Tuned { bucket: 128 }));
-        assert_eq!(at(300, (1000, 0)), ("e_local_wide", Reason::Tuned { bucket: 1024 }));
-        assert_eq!(at(100_000, (500, 500)), ("e_local_wide", Reason::Tuned { bucket: 1024 }));
+        assert_eq!(
+            at(16384, (128, 0)),
+            ("d_local_default", Reason::Tuned { bucket: 128 })
+        );
+        assert_eq!(
+            at(300, (1000, 0)),
+            ("e_local_wide", Reason::Tuned { bucket: 1024 })
+        );
+        assert_eq!(
+            at(100_000, (500, 500)),
+            ("e_local_wide", Reason::Tuned { bucket: 1024 })
+        );
         // Unbounded on one side: the sequence's length, as for causal (4096 -> nearest 1024).
         assert_eq!(
             at(3000, (-1, 64)),
-            ("e_local_wide", Reason::NearestTuned { bucket: 1024, wanted: 4096 })
+            (
+                "e_local_wide",
+                Reason::NearestTuned {
+                    bucket: 1024,
+                    wanted: 4096
+                }
+            )
         );
     }
 

@@ -1249,10 +1249,21 @@ mod tests {
         assert_eq!((c.seqlen, c.batch), (32768, 1));
         // A local key: a window as wide as its bucket, which the dispatcher maps back to it.
         let local = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Local);
-        for (bucket, seqlen, batch) in [(128, 4096, 4), (1024, 4096, 4), (2048, 8192, 2), (16384, 32768, 1)] {
+        for (bucket, seqlen, batch) in [
+            (128, 4096, 4),
+            (1024, 4096, 4),
+            (2048, 8192, 2),
+            (16384, 32768, 1),
+        ] {
             let c = bucket_cell(&local, Bucket::of(bucket));
-            assert_eq!((c.seqlen, c.batch, c.window), (seqlen, batch, (bucket as i32, 0)));
-            assert_eq!(Bucket::of_call(MaskKind::Local, c.window, c.seqlen as u32).seqlen, bucket);
+            assert_eq!(
+                (c.seqlen, c.batch, c.window),
+                (seqlen, batch, (bucket as i32, 0))
+            );
+            assert_eq!(
+                Bucket::of_call(MaskKind::Local, c.window, c.seqlen as u32).seqlen,
+                bucket
+            );
         }
     }
 

@@ -320,11 +320,13 @@ except fa4gen.Fa4genError as e:
         "{text}"
     );
     assert!(
-        text.contains("hopper_sm90_bf16_d64_local_sinks_m64n64w4s2_") && text.contains(" tuned 128 True"),
+        text.contains("hopper_sm90_bf16_d64_local_sinks_m64n64w4s2_")
+            && text.contains(" tuned 128 True"),
         "{text}"
     );
     assert!(
-        text.contains("hopper_sm90_bf16_d64_local_sinks_m128n128w12s2_") && text.contains(" tuned 1024 False"),
+        text.contains("hopper_sm90_bf16_d64_local_sinks_m128n128w12s2_")
+            && text.contains(" tuned 1024 False"),
         "{text}"
     );
     assert!(

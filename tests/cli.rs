@@ -387,6 +387,68 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
     assert_eq!(std::fs::read(other.join("notes.txt")).unwrap(), b"keep me");
 }
 
+/// A sliding window is served by the bucket of its width, whatever the sequence's length;
+/// a malformed window is a usage error that says what it takes.
+#[test]
+fn explain_serves_a_window_by_its_width() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
+    let cache = cache.to_str().unwrap();
+    let why = |window: &str| {
+        let out = fa4_gen(
+            dir.path(),
+            &[
+                "explain",
+                "--cache",
+                cache,
+                "--head-dim",
+                "64",
+                "--seqlen",
+                "16384",
+                "--mask",
+                "local",
+                "--features",
+                "sinks",
+                "--window",
+                window,
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        let text = stdout(&out);
+        text.lines()
+            .find_map(|l| l.strip_prefix("why"))
+            .unwrap_or_else(|| panic!("no why line: {text}"))
+            .to_string()
+    };
+    assert!(why("128,0").contains("bucket 128"));
+    assert!(why("1000,0").contains("bucket 1024"));
+    assert!(why("512,512").contains("bucket 1024"));
+    // Unbounded on the left: as long as the sequence.
+    assert!(why("-1,0").contains("bucket 16384"));
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "explain",
+            "--cache",
+            cache,
+            "--head-dim",
+            "64",
+            "--seqlen",
+            "16384",
+            "--mask",
+            "local",
+            "--window",
+            "128",
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--window takes LEFT,RIGHT"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// `explain` says how the kernel it picks runs, and says it of that kernel: the schedule
 /// line follows the config the cache serves (whatever a re-tune picked).
 #[test]

@@ -51,7 +51,7 @@ pub struct ExplainArgs {
     pub mask: String,
     /// Sliding window LEFT,RIGHT for local masks (-1: unbounded); one bounded on both
     /// sides is served by the bucket of its width.
-    #[arg(long, value_delimiter = ',', default_values_t = [-1, -1], allow_negative_numbers = true)]
+    #[arg(long, value_delimiter = ',', default_values_t = [-1, -1], allow_hyphen_values = true)]
     pub window: Vec<i32>,
     /// none, or sinks, softcap, paged joined with +.
     #[arg(long, default_value = "none")]

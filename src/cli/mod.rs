@@ -218,7 +218,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub varlen: bool,
     /// Sliding window LEFT,RIGHT for local masks (-1: unbounded).
-    #[arg(long, value_delimiter = ',', default_values_t = [128, 0], allow_negative_numbers = true)]
+    #[arg(long, value_delimiter = ',', default_values_t = [128, 0], allow_hyphen_values = true)]
     pub window: Vec<i32>,
     /// Soft-capping value for softcap kernels.
     #[arg(long, default_value_t = 50.0)]
@@ -1113,7 +1113,8 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     for (cell, features) in cells {
         for feature_set in features {
             let bucket =
-                crate::db::Bucket::of_call(cell.mask, cell.window, cell.seqlen.max(1) as u32).seqlen;
+                crate::db::Bucket::of_call(cell.mask, cell.window, cell.seqlen.max(1) as u32)
+                    .seqlen;
             let winner = |k: &BuiltKernel| {
                 tuned.get(&(k.candidate.template, k.candidate.spec, bucket))
                     == Some(&k.candidate.config)

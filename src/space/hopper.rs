@@ -762,8 +762,15 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
         };
-        assert_eq!(fits(64), vec![(64, 0, 2), (128, 0, 2), (64, 1, 2), (128, 1, 2)]);
-        assert_eq!(fits(128), vec![(64, 0, 2), (64, 1, 2)], "two blocks over 128 keys need 354 KiB");
+        assert_eq!(
+            fits(64),
+            vec![(64, 0, 2), (128, 0, 2), (64, 1, 2), (128, 1, 2)]
+        );
+        assert_eq!(
+            fits(128),
+            vec![(64, 0, 2), (64, 1, 2)],
+            "two blocks over 128 keys need 354 KiB"
+        );
         assert_eq!(fits(256), vec![], "no d256 tile fits twice");
     }
 
@@ -780,8 +787,16 @@ mod tests {
         assert_eq!(ws(128, MaskKind::None, false), (true, 128, 128));
         assert_eq!(ws(256, MaskKind::Causal, false), (true, 128, 80));
         assert_eq!(ws(128, MaskKind::Local, false), (true, 64, 64));
-        let local = default_config(&KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Local));
-        assert!(persistent(&local), "d128 windows: a persistent single consumer, two blocks per SM");
+        let local = default_config(&KernelSpec::new(
+            Arch::Sm90,
+            Dtype::Bf16,
+            128,
+            MaskKind::Local,
+        ));
+        assert!(
+            persistent(&local),
+            "d128 windows: a persistent single consumer, two blocks per SM"
+        );
         // Pages stay with the stage-1 schedule, whose every warp shares the lookups.
         assert!(!ws(128, MaskKind::Causal, true).0);
         assert!(!ws(64, MaskKind::Local, false).0);
