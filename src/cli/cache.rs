@@ -200,14 +200,7 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         mask,
         features,
         max_seqlen_q: a.seqlen,
-        window: match a.window[..] {
-            [left, right] if left >= -1 && right >= -1 => (left, right),
-            _ => {
-                return Err(CliError::Usage(
-                    "--window takes LEFT,RIGHT, each -1 (unbounded) or more".into(),
-                ))
-            }
-        },
+        window: super::window_arg(&a.window)?,
     };
     let s = cache
         .select(&q)

@@ -972,6 +972,16 @@ fn device_kernels(
 
 // ---- bench ---------------------------------------------------------------------------------
 
+/// `--window LEFT,RIGHT` (bench, explain): FlashAttention's `window_size`, -1 unbounded.
+fn window_arg(w: &[i32]) -> Result<(i32, i32), CliError> {
+    match *w {
+        [left, right] if left >= -1 && right >= -1 => Ok((left, right)),
+        _ => Err(CliError::Usage(
+            "--window takes LEFT,RIGHT, each -1 (unbounded) or more".into(),
+        )),
+    }
+}
+
 fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     if a.host {
         return bench_host(&a);
@@ -987,11 +997,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         )));
     }
     let features: Vec<Features> = parse_list(&a.features)?;
-    if a.window.len() != 2 || a.window.iter().any(|w| *w < -1) {
-        return Err(CliError::Usage(
-            "--window takes LEFT,RIGHT, each -1 (unbounded) or more".into(),
-        ));
-    }
+    let window = window_arg(&a.window)?;
     if !(a.softcap.is_finite() && a.softcap > 0.0) {
         return Err(CliError::Usage(format!(
             "--softcap {} is not a positive number",
@@ -1009,7 +1015,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         crate::bench::paper_grid(&a.head_dim, &a.seqlen, &masks, a.total_tokens, a.hidden)
             .into_iter()
             .map(|mut cell| {
-                cell.window = (a.window[0], a.window[1]);
+                cell.window = window;
                 cell.softcap = a.softcap;
                 cell.varlen = a.varlen;
                 (cell, features.clone())
