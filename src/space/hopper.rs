@@ -119,7 +119,7 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
     let lazy: Vec<TileConfig> = out
         .iter()
         .filter(|c| {
-            (c.switch(PINGPONG, 0) == 1 || (persistent(c) && c.warps == 8))
+            (c.switch(PINGPONG, 0) == 1 || (persistent(c) && consumers(c) == 1))
                 && c.switch(OVERLAP, 0) == 1
         })
         .map(|c| {
@@ -169,7 +169,7 @@ const SM_SMEM_BYTES: u32 = 233_472;
 
 fn register_split(spec: &KernelSpec, c: &TileConfig) -> RegisterSplit {
     let threads = c.warps * 32;
-    let consumers = c.warps / 4 - 1;
+    let consumers = consumers(c);
     // One consumer: two blocks per SM where their shared memory fits, so two consumers
     // share the tensor cores as pingpong's two would.
     let blocks_per_sm = if consumers == 1 && 2 * (smem_bytes(spec, c) + 1024) <= SM_SMEM_BYTES {
@@ -204,6 +204,11 @@ fn register_split(spec: &KernelSpec, c: &TileConfig) -> RegisterSplit {
         producer,
         consumer,
     }
+}
+
+/// Computing warpgroups of a warp-specialised config (its warps less the producer's 4).
+fn consumers(c: &TileConfig) -> u32 {
+    (c.warps / 4).saturating_sub(1)
 }
 
 fn warp_specialized(c: &TileConfig) -> bool {
@@ -358,7 +363,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
     }
     let smem = smem_bytes(spec, c);
     let limit = spec.arch.max_smem_per_block();
-    if persistent(c) && compute_warps == 4 && register_split(spec, c).blocks_per_sm < 2 {
+    if persistent(c) && consumers(c) == 1 && register_split(spec, c).blocks_per_sm < 2 {
         return reject(
             RejectKind::SharedMemory,
             format!(
@@ -755,7 +760,7 @@ mod tests {
             let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, MaskKind::Causal);
             candidates(&spec)
                 .into_iter()
-                .filter(|c| persistent(c) && c.warps == 8)
+                .filter(|c| persistent(c) && consumers(c) == 1)
                 .filter_map(|c| {
                     let fp = check(&spec, &c).ok()?;
                     Some((c.block_n, c.switch(LAZY_RESCALE, 0), fp.persistent_per_sm))
