@@ -37,6 +37,8 @@ typedef struct {
     uint32_t max_seqlen_q; /* longest query sequence of the batch */
     int32_t window_left;   /* FlashAttention's window_size (-1: unbounded), read for local masks: */
     int32_t window_right;  /* a window bounded on both sides is served by its width's bucket */
+    uint32_t max_seqlen_k; /* longest key sequence (0: max_seqlen_q); a window wider than the keys */
+                           /* is looked up as the causal or unmasked kernel a prefill launches */
 } fa4gen_query;
 
 typedef struct {

@@ -61,6 +61,9 @@ pub struct Fa4genQuery {
     /// FlashAttention's `window_size` (-1: unbounded); read for local masks.
     pub window_left: i32,
     pub window_right: i32,
+    /// The longest key sequence of the batch (0: `max_seqlen_q`): a window wider than
+    /// the keys is looked up as the causal or unmasked kernel a prefill launches.
+    pub max_seqlen_k: u32,
 }
 
 /// The chosen kernel. Mirrors `fa4gen_selection` in `fa4gen.h`.
@@ -222,7 +225,8 @@ fn query(q: &Fa4genQuery) -> Result<Query, String> {
         },
         max_seqlen_q: q.max_seqlen_q,
         window: (q.window_left, q.window_right),
-    })
+    }
+    .as_launched(q.max_seqlen_k))
 }
 
 /// Picks the kernel for `*q` into `*out`. A pure lookup: no GPU, no allocation.
@@ -399,6 +403,7 @@ mod tests {
             max_seqlen_q: seqlen,
             window_left: -1,
             window_right: -1,
+            max_seqlen_k: 0,
         }
     }
 
@@ -417,6 +422,25 @@ mod tests {
             1024,
             "a window of 1000 keys is served by the width-1024 bucket"
         );
+        // Over 512 keys (max_seqlen_k 0: as many as queries) the same window reaches past
+        // every key: the lookup names the causal kernel that a prefill launches.
+        let q = query(&Fa4genQuery {
+            mask: 2,
+            window_left: 1000,
+            window_right: 0,
+            ..d128(512)
+        })
+        .unwrap();
+        assert_eq!((q.mask, q.window), (MaskKind::Causal, (-1, -1)));
+        let q = query(&Fa4genQuery {
+            mask: 2,
+            window_left: 1000,
+            window_right: 0,
+            max_seqlen_k: 4096,
+            ..d128(512)
+        })
+        .unwrap();
+        assert_eq!((q.mask, q.window), (MaskKind::Local, (1000, 0)));
     }
 
     #[test]

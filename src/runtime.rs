@@ -36,6 +36,34 @@ pub struct Query {
     pub window: (i32, i32),
 }
 
+impl Query {
+    /// The query a launch of this call resolves to: `mask` and `window` as the caller
+    /// states them (the window read for local masks only), normalised as a prefill
+    /// normalises them ([`mask_of`]): a window side reaching past every key is unbounded,
+    /// so a window wider than the sequence is served, and looked up, as causal or none.
+    /// `max_seqlen_k` 0 stands for `max_seqlen_q`.
+    pub fn as_launched(self, max_seqlen_k: u32) -> Query {
+        let causal = self.mask == MaskKind::Causal;
+        let window = if self.mask == MaskKind::Local {
+            self.window
+        } else {
+            (-1, -1)
+        };
+        let max_k = if max_seqlen_k == 0 {
+            self.max_seqlen_q
+        } else {
+            max_seqlen_k
+        };
+        let as_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let (mask, window) = mask_of(causal, window, as_i32(self.max_seqlen_q), as_i32(max_k));
+        Query {
+            mask,
+            window,
+            ..self
+        }
+    }
+}
+
 /// Why a kernel was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
@@ -403,6 +431,39 @@ pub(crate) mod tests {
         // An untuned spec serves its default, never an error; seqlen 0 is fine.
         let s = cache.select(&query(64, 0)).unwrap();
         assert_eq!((s.id, s.reason), ("c_d64_default", Reason::Default));
+    }
+
+    #[test]
+    fn a_lookup_resolves_the_mask_as_a_launch_does() {
+        let local = |window, max_q| Query {
+            mask: MaskKind::Local,
+            window,
+            ..query(128, max_q)
+        };
+        // Narrower than the keys: the window stays.
+        let q = local((1000, 0), 512).as_launched(4096);
+        assert_eq!((q.mask, q.window), (MaskKind::Local, (1000, 0)));
+        // Wider than the keys (0: as many keys as queries): causal, as prefill launches it.
+        let q = local((1000, 0), 512).as_launched(0);
+        assert_eq!((q.mask, q.window), (MaskKind::Causal, (-1, -1)));
+        let q = local((1000, 1000), 512).as_launched(512);
+        assert_eq!((q.mask, q.window), (MaskKind::None, (-1, -1)));
+        let q = local((-1, -1), 4096).as_launched(4096);
+        assert_eq!(q.mask, MaskKind::None);
+        // Causal and unmasked queries ignore the window they carry.
+        let q = Query {
+            window: (128, 0),
+            ..query(128, 4096)
+        }
+        .as_launched(4096);
+        assert_eq!((q.mask, q.window), (MaskKind::Causal, (-1, -1)));
+        let q = Query {
+            mask: MaskKind::None,
+            window: (128, 0),
+            ..query(128, 4096)
+        }
+        .as_launched(0);
+        assert_eq!((q.mask, q.window), (MaskKind::None, (-1, -1)));
     }
 
     #[test]

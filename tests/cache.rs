@@ -289,8 +289,11 @@ with fa4gen.KernelCache("generated") as c:
     print(s["kernel"], s["reason"], s["bucket"], s["threads"])
     w = c.select(head_dim=64, max_seqlen_q=300, window_size=(128, 0), sinks=True)
     print(w["kernel"], w["reason"], w["bucket"], w["is_default"])
-    w = c.select(head_dim=64, max_seqlen_q=300, window_size=(1000, 0), causal=True, sinks=True)
+    w = c.select(head_dim=64, max_seqlen_q=300, max_seqlen_k=4096, window_size=(1000, 0), causal=True,
+                 sinks=True)
     print(w["kernel"], w["reason"], w["bucket"], w["is_default"])
+    w = c.select(head_dim=64, max_seqlen_q=300, window_size=(1000, 0), causal=True, sinks=True)
+    print("wider than the keys:", w["kernel"], w["bucket"])
     try:
         c.select(head_dim=80, max_seqlen_q=10)
     except fa4gen.Fa4genError as e:
@@ -313,8 +316,9 @@ except fa4gen.Fa4genError as e:
         String::from_utf8_lossy(&out.stderr)
     );
     // d96 is the portable template's, tuned; d64 with sinks over a window the Hopper
-    // template's, by the window's width (128: its default kept; 1000: the width-1024 pick),
-    // whatever max_seqlen_q.
+    // template's, by the window's width (128: its default kept; 1000 over 4096 keys: the
+    // width-1024 pick), whatever max_seqlen_q; a window of 1000 over 300 keys is causal's,
+    // the kernel a prefill launches for it.
     assert!(
         text.contains("portable_sm90_bf16_d96_causal_") && text.contains(" tuned 4096 "),
         "{text}"
@@ -327,6 +331,13 @@ except fa4gen.Fa4genError as e:
     assert!(
         text.contains("hopper_sm90_bf16_d64_local_sinks_m128n128w12s2_")
             && text.contains(" tuned 1024 False"),
+        "{text}"
+    );
+    assert!(
+        text.contains("wider than the keys: hopper_sm90_bf16_d64_causal_sinks_")
+            && text
+                .lines()
+                .any(|l| l.starts_with("wider than the keys:") && l.ends_with(" 512")),
         "{text}"
     );
     assert!(

@@ -425,6 +425,31 @@ fn explain_serves_a_window_by_its_width() {
     assert!(why("512,512").contains("bucket 1024"));
     // Unbounded on the left: as long as the sequence.
     assert!(why("-1,0").contains("bucket 16384"));
+    // A window wider than the keys is causal's, as a prefill launches it.
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "explain",
+            "--cache",
+            cache,
+            "--head-dim",
+            "64",
+            "--seqlen",
+            "300",
+            "--mask",
+            "local",
+            "--features",
+            "sinks",
+            "--window",
+            "1000,0",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("kernel    hopper_sm90_bf16_d64_causal_sinks_"),
+        "{}",
+        stdout(&out)
+    );
     let out = fa4_gen(
         dir.path(),
         &[

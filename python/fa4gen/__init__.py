@@ -53,7 +53,7 @@ class Fa4genError(RuntimeError):
 class _Query(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint32) for name in
                 ("arch", "dtype", "head_dim", "head_dim_v", "mask", "features", "max_seqlen_q")] + [
-        ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32)]
+        ("window_left", ctypes.c_int32), ("window_right", ctypes.c_int32), ("max_seqlen_k", ctypes.c_uint32)]
 
 
 class _Selection(ctypes.Structure):
@@ -140,12 +140,14 @@ class KernelCache:
             pass
 
     def select(self, head_dim, max_seqlen_q, dtype="bf16", causal=False, window_size=(-1, -1),
-               sinks=False, softcap=0.0, paged=False, head_dim_v=None, arch="sm90"):
+               sinks=False, softcap=0.0, paged=False, head_dim_v=None, arch="sm90", max_seqlen_k=None):
         """The kernel for a problem, as flash_attn_varlen_func's arguments describe it:
         a finite ``window_size`` side means a local mask (one bounded on both sides, with
         ``causal`` its right side 0, is served by the bucket of its width, not of
         ``max_seqlen_q``), ``softcap > 0`` soft-capping,
-        ``paged`` a block table. Returns a dict: kernel id, cubin, launch parameters and
+        ``paged`` a block table; a window wider than ``max_seqlen_k`` (default
+        ``max_seqlen_q``) is looked up as the causal or unmasked kernel that ``prefill``
+        launches for it. Returns a dict: kernel id, cubin, launch parameters and
         why it was chosen. Raises Fa4genError naming what is unsupported."""
         local = any(w >= 0 for w in window_size)
         q = _Query(
@@ -158,6 +160,7 @@ class KernelCache:
             max_seqlen_q=max_seqlen_q,
             window_left=int(window_size[0]),
             window_right=0 if causal else int(window_size[1]),  # causal bounds the right side
+            max_seqlen_k=max_seqlen_q if max_seqlen_k is None else max_seqlen_k,
         )
         s = _Selection()
         _check(_library().fa4gen_select(self._handle, ctypes.byref(q), ctypes.byref(s)))

@@ -46,6 +46,10 @@ pub struct ExplainArgs {
     /// The longest query sequence of the batch (max_seqlen_q).
     #[arg(long)]
     pub seqlen: u32,
+    /// The longest key sequence (max_seqlen_k) [default: --seqlen]: a window wider than
+    /// the keys is served as causal or unmasked, as a prefill launches it.
+    #[arg(long = "seqlen-k")]
+    pub seqlen_k: Option<u32>,
     /// none, causal or local.
     #[arg(long, default_value = "causal")]
     pub mask: String,
@@ -201,7 +205,8 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         features,
         max_seqlen_q: a.seqlen,
         window: super::window_arg(&a.window)?,
-    };
+    }
+    .as_launched(a.seqlen_k.unwrap_or(a.seqlen));
     let s = cache
         .select(&q)
         .map_err(|e| CliError::Usage(e.to_string()))?;
