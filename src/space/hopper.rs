@@ -219,19 +219,33 @@ fn persistent(c: &TileConfig) -> bool {
     warp_specialized(c) && c.switch(PERSISTENT, 0) == 1
 }
 
-/// A persistent grid stages O in a slot of its own where shared memory allows, so the
-/// producer loads the next tile's Q while the consumers finish this one (otherwise Q
-/// waits for O's store out of its slot).
-fn separate_o(spec: &KernelSpec, c: &TileConfig) -> bool {
-    persistent(c) && smem_bytes_with(spec, c, true, 1) <= spec.arch.max_smem_per_block()
+/// Slots for O beside Q on a persistent grid, so the producer loads the next tile's Q
+/// while the consumers finish this one (with none, O is staged in the Q slot and the
+/// next Q waits for O's store out of it): one per consumer where shared memory allows,
+/// else, past head dim 128, one that two consumers take in turn (d256 over 64 keys:
+/// 32 KiB beside 192), else none. (d128 over 176 keys has room for a shared slot too,
+/// but its consumers then spill: 16 bytes, or ptxas serialises their wgmmas.)
+fn o_slots(spec: &KernelSpec, c: &TileConfig) -> u32 {
+    let limit = spec.arch.max_smem_per_block();
+    if !persistent(c) {
+        0
+    } else if smem_bytes_with(spec, c, consumers(c), 1) <= limit {
+        consumers(c)
+    } else if consumers(c) == 2 && spec.head_dim_v > 128 && smem_bytes_with(spec, c, 1, 1) <= limit
+    {
+        1
+    } else {
+        0
+    }
 }
 
-/// Q slots per consumer: two where O has its own slot and shared memory holds a second
-/// Q, so the producer loads the next tile's Q while this one's is still being read
-/// (with one, the next Q could start only after the last QK GEMM, and the consumers
-/// waited for it at every tile's start).
+/// Q slots per consumer: two where O has a slot beside them and shared memory holds a
+/// second Q, so the producer loads the next tile's Q while this one's is still being
+/// read (with one, the next Q could start only after the last QK GEMM, and the
+/// consumers waited for it at every tile's start).
 fn q_buffers(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    if separate_o(spec, c) && smem_bytes_with(spec, c, true, 2) <= spec.arch.max_smem_per_block() {
+    let o = o_slots(spec, c);
+    if o > 0 && smem_bytes_with(spec, c, o, 2) <= spec.arch.max_smem_per_block() {
         2
     } else {
         1
@@ -258,27 +272,24 @@ fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
 }
 
 pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    smem_bytes_with(spec, c, separate_o(spec, c), q_buffers(spec, c))
+    smem_bytes_with(spec, c, o_slots(spec, c), q_buffers(spec, c))
 }
 
-/// traits.cuh's kSmemBytes: Q slots (which stage O too unless it has its own), the K/V
-/// stages, and the block scalars or the mbarriers.
-fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, separate_o: bool, q_buffers: u32) -> u32 {
-    let q_slot_cols = if separate_o {
+/// traits.cuh's kSmemBytes: Q slots (which stage O too unless it has slots of its
+/// own), O's slots, the K/V stages, and the block scalars or the mbarriers.
+fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u32) -> u32 {
+    let q_slot_cols = if o_slots > 0 {
         spec.head_dim
     } else {
         spec.head_dim.max(spec.head_dim_v)
     };
-    let o_region = if separate_o {
-        c.block_m * spec.head_dim_v
-    } else {
-        0
-    };
+    let o_region = o_slots * 64 * spec.head_dim_v;
     let kv_stage = c.block_n * (spec.head_dim + spec.head_dim_v);
-    // the K/V ring's mbarriers (full and empty, K and V, per stage) and each consumer's
-    // Q slot's (full and empty)
+    // the K/V ring's mbarriers (full and empty, K and V, per stage), each consumer's Q
+    // slot's (full and empty), and a shared O slot's (free)
     let extra = if warp_specialized(c) {
-        32 * c.stages + 16 * (c.block_m / 64) * q_buffers
+        let shared_o = o_slots == 1 && consumers(c) > 1;
+        32 * c.stages + 16 * (c.block_m / 64) * q_buffers + if shared_o { 8 } else { 0 }
     } else {
         16
     };
@@ -554,7 +565,7 @@ pub(super) fn render_values(
         ("overlap", json!(c.switch(OVERLAP, 0) == 1)),
         ("tma", json!(fp.tma_rows > 0)),
         ("persistent", json!(fp.persistent_per_sm > 0)),
-        ("separate_o", json!(separate_o(spec, c))),
+        ("o_slots", json!(o_slots(spec, c))),
         ("q_buffers", json!(q_buffers(spec, c))),
         ("lazy_rescale", json!(c.switch(LAZY_RESCALE, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
@@ -669,14 +680,14 @@ mod tests {
         let mut stage1 = config(2, 128, 2);
         stage1.switches.insert(PINGPONG.to_string(), 1);
         assert_eq!(kind(&stage1), RejectKind::Shape);
-        // A persistent grid, one block per SM here, any mask; O gets a slot of its own
+        // A persistent grid, one block per SM here, any mask; O gets a slot per consumer
         // where shared memory allows, and then each consumer a second Q slot where that
         // fits too (d128 over 128 keys: 2 x 32 KiB of Q, 32 of O, 128 of K/V), not at d256.
         let mut persistent = ws_config(2, 128, 1, 1, 0);
         persistent.switches.insert(PERSISTENT.to_string(), 1);
         let fp = check(&spec, &persistent).unwrap();
         assert_eq!(fp.persistent_per_sm, 1);
-        assert!(separate_o(&spec, &persistent));
+        assert_eq!(o_slots(&spec, &persistent), 2);
         assert_eq!(q_buffers(&spec, &persistent), 2);
         assert_eq!(
             fp.smem_bytes,
@@ -686,15 +697,24 @@ mod tests {
         // Over 176 keys a second Q would not fit beside O's slot.
         let mut long = ws_config(2, 176, 1, 1, 0);
         long.switches.insert(PERSISTENT.to_string(), 1);
-        assert_eq!(q_buffers(&spec, &long), 1);
+        assert_eq!((o_slots(&spec, &long), q_buffers(&spec, &long)), (0, 1));
         assert_eq!(check(&spec, &c).unwrap().persistent_per_sm, 0);
-        assert!(!separate_o(&spec, &c));
+        assert_eq!(o_slots(&spec, &c), 0);
         let d256 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
         let mut wide = ws_config(2, 80, 1, 1, 0);
         wide.switches.insert(PERSISTENT.to_string(), 1);
         assert!(check(&d256, &wide).is_ok());
-        assert!(!separate_o(&d256, &wide));
+        assert_eq!(o_slots(&d256, &wide), 0);
         assert_eq!(q_buffers(&d256, &wide), 1);
+        // Over 64 keys d256 has room for one O slot, which its two consumers take in turn
+        // (and its mbarrier): 64 KiB of Q, 32 of O, 128 of K/V.
+        let mut narrow = ws_config(2, 64, 1, 1, 0);
+        narrow.switches.insert(PERSISTENT.to_string(), 1);
+        assert_eq!((o_slots(&d256, &narrow), q_buffers(&d256, &narrow)), (1, 1));
+        assert_eq!(
+            check(&d256, &narrow).unwrap().smem_bytes,
+            (2 * 64 * 256 + 64 * 256 + 2 * 64 * 512) * 2 + 64 + 32 + 8
+        );
         // The consumers' registers bound the tiles: 176 keys at d128 fit 232, not 160.
         assert!(check(&spec, &ws_config(2, 176, 1, 1, 0)).is_ok());
         assert_eq!(kind(&ws_config(3, 176, 1, 1, 0)), RejectKind::Registers);

@@ -71,6 +71,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     using LayoutQ = WgmmaLayout<64, T::kHeadDim>;   // one consumer's rows
     using LayoutO = WgmmaLayout<64, T::kHeadDimV>;
     constexpr int kQSlotBytes = T::kSmemQSlot * 2;  // one consumer's Q (and, unless kSeparateO, its O)
+    constexpr bool kSharedO = T::kSharedO;          // one O slot, the two consumers' in turn
     constexpr int kOSlotBytes = T::kSmemOSlot * 2;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -82,7 +83,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // Work tile r's Q goes to buffer r % kQBuffers of each consumer's slots.
     auto q_slot = [&](int consumer, int buffer) { return q_smem_addr + (consumer * kQBuffers + buffer) * kQSlotBytes; };
     // Barriers, 8 bytes each: full K, full V, empty K, empty V (kStages of each), then
-    // full Q and empty Q (one per consumer and Q buffer).
+    // full Q and empty Q (one per consumer and Q buffer), then a shared O slot's free.
     const u32 bars = q_smem_addr + T::kSmemTilesBytes;
     auto full_k = [&](int slot) { return bars + 8 * slot; };
     auto full_v = [&](int slot) { return bars + 8 * (kStages + slot); };
@@ -92,6 +93,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     auto empty_q = [&](int consumer, int buffer) {
         return bars + 8 * (4 * kStages + (kConsumers + consumer) * kQBuffers + buffer);
     };
+    const u32 o_free = bars + 8 * (4 * kStages + 2 * kConsumers * kQBuffers);
 
     // ---- the work tiles: one block's rows of one head of one sequence --------------------
     // A grid of one block per tile takes its tile from schedule.cuh's launch order. A
@@ -181,6 +183,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 mbarrier_init(empty_q(c, b), 4);  // the consumer's warps
             }
         }
+        if constexpr (kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -310,7 +313,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
     u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
-                         (o_smem_addr - q_smem_addr) / 2 + consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2;
+                         (o_smem_addr - q_smem_addr) / 2 +
+                         (kSharedO ? 0 : consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2);
     const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
     // Turns at the tensor cores, round robin from consumer 0 (the last one lets it start).
@@ -336,7 +340,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // of its own and K/V are not paged. Otherwise (d256, d128 over 176 keys, pages) the
     // registers are short: ptxas then serialised every wgmma (C7514, 0.63x), so there it
     // waits for the PV GEMM.
-    constexpr bool kNextUnderPv = T::kPersistent && T::kSeparateO && !T::kPaged;
+    constexpr bool kNextUnderPv = T::kPersistent && T::kSeparateO && !kSharedO && !T::kPaged;
+    // A shared O slot goes round the consumers in turn (0, 1, 0, ..): a consumer's n-th
+    // epilogue waits for the other's last store to have read the slot, which arrives
+    // once it has.
     TileCoords next_at = T::kPersistent ? coords_at(0) : TileCoords{};
     for (int round = 0; round < rounds; ++round) {
         const Work w = T::kPersistent ? work_from(next_at) : first_work;
@@ -554,7 +561,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         float sink_log2[2];
         sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
         softmax.template finalize<T::kSinks>(score_scale_log2, sink_log2, o_norm, lse);
-        if constexpr (T::kSeparateO) {
+        if constexpr (kSharedO) {
+            // The slot's u-th use (u = 2 x epilogues so far + consumer) waits for phase
+            // u - 1, the other consumer's last free: parity 1 for consumer 0 (the first
+            // use passes at once), 0 for consumer 1, every time.
+            mbarrier_wait(o_free, (consumer & 1) ^ 1);
+        } else if constexpr (T::kSeparateO) {
             if (T::kTma && tid == 0) tma_store_wait_read();
             named_barrier_sync(1 + consumer, 128);
         }
@@ -578,6 +590,17 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                                : o_gmem + i64(row) * params.o_row_stride;
                 },
                 o_stage, rows - wg_row_begin, tid);
+        }
+        if constexpr (kSharedO) {
+            // Free once every thread has read its rows (store_rows) and the TMA store its
+            // chunk. (Both waits, whichever path ran: branching on o_by_tma here took
+            // ptxas's uniform registers off the main loop's descriptors, 471 -> 514
+            // instructions per iteration.)
+            named_barrier_sync(1 + consumer, 128);
+            if (tid == 0) {
+                tma_store_wait_read();
+                mbarrier_arrive(o_free);
+            }
         }
 
         it += n_tiles;

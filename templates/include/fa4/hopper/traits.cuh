@@ -29,9 +29,12 @@ struct Traits {
     // A grid of about one block per SM, each striding over the work tiles, so the
     // producer loads the next tile's K/V while the consumers store this one's O.
     static constexpr bool kPersistent = Config::kPersistent;
-    // Persistent grids with shared memory to spare stage O in a slot of its own, so the
-    // producer loads the next tile's Q as soon as the last QK GEMM is done.
-    static constexpr bool kSeparateO = Config::kSeparateO;
+    // Persistent grids with shared memory to spare stage O beside Q, so the producer
+    // loads the next tile's Q as soon as the last QK GEMM is done: a slot per consumer
+    // (kOSlots == kWarpgroups), or one that two consumers take in turn (kSharedO).
+    static constexpr int kOSlots = Config::kOSlots;
+    static constexpr bool kSeparateO = kOSlots > 0;
+    static constexpr bool kSharedO = kOSlots == 1 && kWarpgroups > 1;
     // With O in a slot of its own, two Q slots per consumer where they fit: the producer
     // loads the next tile's Q while the consumers still read this one's.
     static constexpr int kQBuffers = Config::kQBuffers;
@@ -69,19 +72,19 @@ struct Traits {
     using LayoutV = WgmmaLayout<kBlockN, kHeadDimV>;
     using LayoutO = WgmmaLayout<kBlockM, kHeadDimV>;  // O is staged where Q was (stage 1)
     // Per warpgroup: kQBuffers slots for its 64 rows of Q, which also stage its O unless O
-    // has a slot of its own (kSeparateO).
+    // has slots beside them (kSeparateO).
     static constexpr int kSmemQSlot = 64 * (kSeparateO || kHeadDim > kHeadDimV ? kHeadDim : kHeadDimV);
     static constexpr int kSmemOSlot = 64 * kHeadDimV;
     static constexpr int kSmemQRegion = kWarpgroups * kQBuffers * kSmemQSlot;
-    static constexpr int kSmemORegion = kSeparateO ? kWarpgroups * kSmemOSlot : 0;
+    static constexpr int kSmemORegion = kOSlots * kSmemOSlot;
     static constexpr int kSmemQO = kSmemQRegion;  // stage 1: the block's Q, then its O
     static constexpr int kSmemK = kBlockN * kHeadDim;  // one stage
     static constexpr int kSmemV = kBlockN * kHeadDimV;
     static constexpr int kSmemTilesBytes = (kSmemQRegion + kSmemORegion + kStages * (kSmemK + kSmemV)) * 2;
     // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
-    // per stage) and each consumer's Q slot's (full and empty)
+    // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
     static constexpr int kSmemBytes =
-        kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers : 16);
+        kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers + (kSharedO ? 8 : 0) : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma's N: a multiple of 16, at most 256");
@@ -91,9 +94,11 @@ struct Traits {
     static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");
     static_assert(!kPersistent || kWarpSpecialized, "the persistent grid is the warp-specialised schedule's");
     static_assert(!kSeparateO || kPersistent, "a slot for O pays only on a persistent grid");
+    static_assert(kOSlots == 0 || kOSlots == kWarpgroups || (kOSlots == 1 && kWarpgroups == 2),
+                  "O slots: none, one per consumer, or one shared by two consumers (whose turns alternate)");
     static_assert(!kHalfFirst || (kWarpSpecialized && kMask != MaskKind::None),
                   "the half first block is the masked warp-specialised schedule's");
-    static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs O's own slot");
+    static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs a slot for O");
     static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
     static_assert(kExp2EmuEvery == 0 || kWarpSpecialized, "exp2 emulation is the warp-specialised schedule's");
     // Registers move from the producer to the consumers within the block's allotment.
