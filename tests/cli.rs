@@ -559,3 +559,69 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
         "paged d128 causal is served by the one-block-per-tile Hopper kernel"
     );
 }
+
+/// `sass` reads a built kernel's main loop from its SASS, and against another build of
+/// the same templates finds every loop the same length.
+#[test]
+fn sass_counts_the_main_loop_of_built_kernels() {
+    if fa4_gen::compile::sass::find_nvdisasm().is_none() {
+        eprintln!("skipped: no nvdisasm (python3 -m pip install nvidia-cuda-nvdisasm)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    let build = build.to_str().unwrap();
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "128",
+            "--dtype",
+            "bf16",
+            "--mask",
+            "causal",
+            "--default-only",
+            "--template",
+            "hopper",
+            "--out",
+            build,
+            "-q",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = fa4_gen(dir.path(), &["sass", "--out", build, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let main = &rows[0]["main_loop"];
+    // d128 over 128 keys: at least QK (8 k-steps) and PV (8) of wgmma per iteration and
+    // 64 exp2 per thread, among several hundred instructions.
+    let count = |k: &str| main[k].as_u64().unwrap();
+    assert!(count("tensor") >= 16 && count("mufu") >= 64, "{main}");
+    assert!(
+        count("instructions") > count("tensor") + count("mufu") + 100,
+        "{main}"
+    );
+    let out = fa4_gen(dir.path(), &["sass", "--out", build, "--against", build]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("1 kernels, 1 matched in")
+            && stdout(&out).contains(", 0 with a main loop of another length"),
+        "{}",
+        stdout(&out)
+    );
+    let out = fa4_gen(
+        dir.path(),
+        &["sass", "--out", dir.path().join("none").to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("nothing built for sm90"),
+        "{}",
+        stderr(&out)
+    );
+}

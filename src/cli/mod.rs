@@ -51,6 +51,29 @@ pub enum Command {
     BuildCache(cache::BuildCacheArgs),
     /// Which kernel the dispatcher picks for a problem, and why (no GPU).
     Explain(cache::ExplainArgs),
+    /// The main loop of built kernels, read from their SASS: instructions per iteration
+    /// and of which kinds, optionally against another build (needs nvdisasm; no GPU).
+    Sass(SassArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SassArgs {
+    /// Build folder to read (what `fa4-gen compile --out` wrote).
+    #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
+    pub out: PathBuf,
+    /// The arch whose kernels to read.
+    #[arg(long, default_value = "sm90")]
+    pub arch: String,
+    /// Only the kernels whose id contains this text.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Another build folder (e.g. of the last commit's templates): each kernel beside the
+    /// one there of the same spec and config, whatever their template hashes.
+    #[arg(long)]
+    pub against: Option<PathBuf>,
+    /// Print JSON (every opcode's count too).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -294,6 +317,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Db(a) => db_cmd(a),
         Command::BuildCache(a) => cache::build_cache_cmd(a, quiet),
         Command::Explain(a) => cache::explain_cmd(a),
+        Command::Sass(a) => sass_cmd(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -600,6 +624,112 @@ fn compile_cmd(a: CompileArgs, quiet: bool) -> CliResult {
         }
     }
     check_build(&summary)
+}
+
+/// A built kernel's id without its hash: its spec and config, across template edits.
+fn id_without_hash(id: &str) -> &str {
+    id.rsplit_once('_').map_or(id, |(head, _)| head)
+}
+
+fn sass_cmd(a: SassArgs) -> CliResult {
+    use compile::sass;
+    let arch: Arch = a
+        .arch
+        .parse()
+        .map_err(|e: ParseError| CliError::Usage(e.to_string()))?;
+    let nvdisasm = sass::find_nvdisasm()
+        .ok_or_else(|| CliError::Failed(sass::SassError::NoNvdisasm.to_string()))?;
+    // (id without hash) -> (id, census) of one build folder's kernels.
+    let census_of =
+        |root: &PathBuf| -> Result<BTreeMap<String, (String, Option<sass::LoopCensus>)>, CliError> {
+            let dir = BuildDir::new(root);
+            let report = dir.load_report(arch)?.ok_or_else(|| {
+                CliError::Usage(format!(
+                "{}: nothing built for {arch}; run `fa4-gen compile --arch {arch} --out {}` first",
+                root.display(),
+                root.display()
+            ))
+            })?;
+            let mut out = BTreeMap::new();
+            for k in &report.kernels {
+                if a.filter
+                    .as_ref()
+                    .is_some_and(|f| !k.id.0.contains(f.as_str()))
+                {
+                    continue;
+                }
+                let text = sass::disassemble(&nvdisasm, &dir.path(&k.cubin))
+                    .map_err(|e| CliError::Failed(e.to_string()))?;
+                out.insert(
+                    id_without_hash(&k.id.0).to_string(),
+                    (k.id.0.clone(), sass::main_loop(&text)),
+                );
+            }
+            Ok(out)
+        };
+    let ours = census_of(&a.out)?;
+    let theirs = match &a.against {
+        Some(root) => Some(census_of(root)?),
+        None => None,
+    };
+    if a.json {
+        let rows: Vec<serde_json::Value> = ours
+            .iter()
+            .map(|(key, (id, c))| {
+                let against = theirs
+                    .as_ref()
+                    .and_then(|t| t.get(key))
+                    .map(|(id, c)| serde_json::json!({"kernel": id, "main_loop": c}));
+                serde_json::json!({"kernel": id, "main_loop": c, "against": against})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).expect("serialises")
+        );
+        return Ok(());
+    }
+    println!(
+        "{:>6} {:>6} {:>5} {:>5}  {}kernel (main loop, one iteration)",
+        "instr",
+        "tensor",
+        "mufu",
+        "r2ur",
+        if theirs.is_some() { "against  " } else { "" }
+    );
+    let mut changed = 0;
+    for (key, (id, c)) in &ours {
+        let Some(c) = c else {
+            println!("{:>26}  {id} (no loop with tensor-core instructions)", "-");
+            continue;
+        };
+        let against = match theirs.as_ref().map(|t| t.get(key)) {
+            None => String::new(),
+            Some(Some((_, Some(o)))) if o.instructions == c.instructions => {
+                format!("{:>7}  ", "same")
+            }
+            Some(Some((_, Some(o)))) => {
+                changed += 1;
+                format!("{:>+7}  ", c.instructions as i64 - o.instructions as i64)
+            }
+            Some(_) => format!("{:>7}  ", "new"),
+        };
+        println!(
+            "{:>6} {:>6} {:>5} {:>5}  {against}{id}",
+            c.instructions, c.tensor, c.mufu, c.r2ur
+        );
+    }
+    if let Some(t) = &theirs {
+        println!(
+            "{} kernels, {} matched in {}, {changed} with a main loop of another length",
+            ours.len(),
+            ours.keys().filter(|k| t.contains_key(*k)).count(),
+            a.against
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string())
+        );
+    }
+    Ok(())
 }
 
 fn print_build_summary(

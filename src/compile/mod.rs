@@ -15,6 +15,7 @@
 
 pub mod nvrtc;
 pub mod resources;
+pub mod sass;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

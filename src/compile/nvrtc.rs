@@ -361,7 +361,7 @@ fn search_dirs() -> Vec<PathBuf> {
 }
 
 /// site-packages folders of the active virtualenv and of `python3` (asked, once).
-fn python_site_dirs() -> Vec<PathBuf> {
+pub(crate) fn python_site_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
         if let Ok(entries) = std::fs::read_dir(Path::new(&venv).join("lib")) {

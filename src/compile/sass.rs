@@ -1,0 +1,205 @@
+//! The main loop of a built kernel, read from its SASS: how many instructions one
+//! iteration issues and of which kinds. A template edit that leaves registers and spills
+//! alone can still cost the loop issue slots (ptxas moving wgmma descriptors off the
+//! uniform datapath took a d256 loop from 471 to 514 instructions and 5% of its speed:
+//! bench/NOTES.md); this census shows it without a GPU. It needs `nvdisasm` (CUDA's, or
+//! PyPI's `nvidia-cuda-nvdisasm`), which nothing else in fa4-gen does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Serialize;
+
+/// Environment variable naming the nvdisasm binary to use.
+pub const NVDISASM_ENV: &str = "FA4_GEN_NVDISASM";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SassError {
+    #[error("no nvdisasm found (set {NVDISASM_ENV}, put CUDA's bin/ on PATH, or `python3 -m pip install nvidia-cuda-nvdisasm`)")]
+    NoNvdisasm,
+    #[error("{nvdisasm} failed on {cubin}: {message}")]
+    Disassemble {
+        nvdisasm: PathBuf,
+        cubin: PathBuf,
+        message: String,
+    },
+}
+
+/// One iteration of a kernel's main loop: the innermost loop that issues tensor-core
+/// instructions (wgmma's HGMMA or mma.sync's HMMA).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoopCensus {
+    pub instructions: u32,
+    /// HGMMA / HMMA.
+    pub tensor: u32,
+    /// MUFU (exp2, tanh, rcp, ...).
+    pub mufu: u32,
+    /// R2UR: values built on the vector datapath and moved to uniform registers (wgmma
+    /// descriptors that ptxas could not keep uniform).
+    pub r2ur: u32,
+    /// Every opcode (the mnemonic before its first dot) and its count.
+    pub opcodes: BTreeMap<String, u32>,
+}
+
+/// The nvdisasm to use: [`NVDISASM_ENV`], CUDA's `bin/` (`CUDA_HOME`, `CUDA_PATH`,
+/// /usr/local/cuda), `PATH`, then PyPI's wheel in any site-packages `python3` knows.
+pub fn find_nvdisasm() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(NVDISASM_ENV) {
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for var in ["CUDA_HOME", "CUDA_PATH"] {
+        if let Some(root) = std::env::var_os(var) {
+            dirs.push(PathBuf::from(root).join("bin"));
+        }
+    }
+    dirs.push(PathBuf::from("/usr/local/cuda/bin"));
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    for site in super::nvrtc::python_site_dirs() {
+        dirs.push(site.join("nvidia/cu13/bin"));
+        dirs.push(site.join("nvidia/cuda_nvdisasm/bin"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join("nvdisasm"))
+        .find(|p| p.is_file())
+}
+
+/// The SASS of a cubin, as `nvdisasm -c` prints it.
+pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<String, SassError> {
+    let failed = |message: String| SassError::Disassemble {
+        nvdisasm: nvdisasm.to_path_buf(),
+        cubin: cubin.to_path_buf(),
+        message,
+    };
+    let out = Command::new(nvdisasm)
+        .arg("-c")
+        .arg(cubin)
+        .output()
+        .map_err(|e| failed(e.to_string()))?;
+    if !out.status.success() {
+        return Err(failed(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The census of the main loop in `sass`; `None` when no loop issues tensor-core
+/// instructions.
+pub fn main_loop(sass: &str) -> Option<LoopCensus> {
+    // Instructions in order (predicate stripped, mnemonic first), and each label's place.
+    let mut ops: Vec<&str> = Vec::new();
+    let mut branch_to: Vec<Option<&str>> = Vec::new();
+    let mut labels: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut last_exit = None;
+    for line in sass.lines() {
+        let line = line.trim();
+        if let Some(label) = line.strip_suffix(':').filter(|l| l.starts_with(".L")) {
+            labels.insert(label, ops.len());
+            continue;
+        }
+        // `/*0c40*/  @!P0 BRA `(.L_x_6) ;`
+        let Some(rest) = line.strip_prefix("/*").and_then(|r| r.split_once("*/")) else {
+            continue;
+        };
+        let text = rest.1.trim().trim_end_matches(';').trim();
+        let text = match text.split_once(' ') {
+            Some((pred, rest)) if pred.starts_with('@') => rest.trim(),
+            _ => text,
+        };
+        let Some(op) = text.split_whitespace().next() else {
+            continue;
+        };
+        if op == "EXIT" && !text.starts_with('@') {
+            last_exit = Some(ops.len());
+        }
+        ops.push(op.split('.').next().unwrap_or(op));
+        branch_to.push(
+            (ops.last() == Some(&"BRA"))
+                .then(|| text.split("`(").nth(1)?.split(')').next())
+                .flatten(),
+        );
+    }
+    let is_tensor = |op: &str| op == "HGMMA" || op == "HMMA";
+    // Loops: a branch back to a label at or before it. The main loop is the shortest one
+    // with tensor-core instructions in it. Past the last EXIT, ptxas puts the retry loops
+    // of mbarrier waits, out of line, each branching back to its wait: not loops.
+    let in_line = last_exit.unwrap_or(ops.len());
+    let (start, end) = branch_to
+        .iter()
+        .enumerate()
+        .take(in_line)
+        .filter_map(|(i, target)| {
+            let start = *labels.get((*target)?)?;
+            (start <= i && ops[start..=i].iter().any(|op| is_tensor(op))).then_some((start, i))
+        })
+        .min_by_key(|(start, end)| end - start)?;
+    let body = &ops[start..=end];
+    let mut opcodes: BTreeMap<String, u32> = BTreeMap::new();
+    for op in body {
+        *opcodes.entry(op.to_string()).or_default() += 1;
+    }
+    let count = |f: &dyn Fn(&str) -> bool| body.iter().filter(|op| f(op)).count() as u32;
+    Some(LoopCensus {
+        instructions: body.len() as u32,
+        tensor: count(&|op| is_tensor(op)),
+        mufu: count(&|op| op == "MUFU"),
+        r2ur: count(&|op| op == "R2UR"),
+        opcodes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Shaped like `nvdisasm -c`: a prologue, an outer loop around an inner one with
+    // wgmma, a loop without tensor-core work (a producer's copy loop), and past the EXIT
+    // an mbarrier wait's retry loop, which jumps back into the inner loop.
+    const SASS: &str = "
+        .text.fa4_fwd:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/                   ISETP.GE.AND P0, PT, R0, UR4, PT ;
+.L_x_2:
+        /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
+        /*0030*/                   MUFU.EX2 R2, R2 ;
+        /*0040*/                   R2UR UR4, R3 ;
+        /*0050*/               @!P0 BRA `(.L_x_2) ;
+        /*0060*/                   FADD R1, R1, R2 ;
+        /*0070*/               @P1 BRA `(.L_x_1) ;
+.L_x_3:
+        /*0080*/                   LDGSTS.E.BYPASS.128 [R5], desc[UR6][R6.64] ;
+        /*0090*/               @P2 BRA `(.L_x_3) ;
+        /*00a0*/                   EXIT ;
+.L_x_4:
+        /*00b0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x10], R2 ;
+        /*00c0*/               @!P0 BRA `(.L_x_4) ;
+        /*00d0*/                   BRA `(.L_x_2) ;
+";
+
+    #[test]
+    fn the_main_loop_is_the_innermost_with_tensor_work() {
+        let c = main_loop(SASS).unwrap();
+        assert_eq!((c.instructions, c.tensor, c.mufu, c.r2ur), (4, 1, 1, 1));
+        assert_eq!(c.opcodes.get("BRA"), Some(&1));
+        assert_eq!(
+            c.opcodes.get("FADD"),
+            None,
+            "the outer loop's instructions stay out"
+        );
+    }
+
+    #[test]
+    fn a_kernel_without_tensor_loops_has_no_main_loop() {
+        let without = SASS.replace("HGMMA.64x128x16.F32.BF16", "FMUL");
+        assert_eq!(main_loop(&without), None);
+        // mma.sync kernels count too.
+        let hmma = SASS.replace("HGMMA.64x128x16.F32.BF16", "HMMA.16816.F32.BF16");
+        assert_eq!(main_loop(&hmma).unwrap().tensor, 1);
+    }
+}
