@@ -644,11 +644,10 @@ fn sass_cmd(a: SassArgs) -> CliResult {
         |root: &PathBuf| -> Result<BTreeMap<String, (String, Option<sass::LoopCensus>)>, CliError> {
             let dir = BuildDir::new(root);
             let report = dir.load_report(arch)?.ok_or_else(|| {
+                let root = root.display();
                 CliError::Usage(format!(
-                "{}: nothing built for {arch}; run `fa4-gen compile --arch {arch} --out {}` first",
-                root.display(),
-                root.display()
-            ))
+                    "{root}: nothing built for {arch}; run `fa4-gen compile --arch {arch} --out {root}` first"
+                ))
             })?;
             let mut out = BTreeMap::new();
             for k in &report.kernels {
@@ -668,10 +667,7 @@ fn sass_cmd(a: SassArgs) -> CliResult {
             Ok(out)
         };
     let ours = census_of(&a.out)?;
-    let theirs = match &a.against {
-        Some(root) => Some(census_of(root)?),
-        None => None,
-    };
+    let theirs = a.against.as_ref().map(census_of).transpose()?;
     if a.json {
         let rows: Vec<serde_json::Value> = ours
             .iter()
