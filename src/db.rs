@@ -94,6 +94,13 @@ pub struct TimingPolicy {
     /// for records whose finals had no such warm-up (they are taken again).
     #[serde(default)]
     pub key_warmup_ms: f64,
+    /// Passes of the finals on short keys (every finalist timed once per pass, their
+    /// median settled time ranks), and the screening time under which a key is short;
+    /// 0 for records written when every key had one pass.
+    #[serde(default)]
+    pub short_key_passes: u32,
+    #[serde(default)]
+    pub short_key_ms: f64,
 }
 
 /// What happened to one candidate.
@@ -111,6 +118,10 @@ pub enum Outcome {
         /// the candidate was no finalist or the finals have not run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         settled_ms: Option<f64>,
+        /// Every pass's finals timing, in order, where there were several (settled_ms
+        /// is their median); empty with one pass.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        settled_passes: Vec<f64>,
     },
     /// Wrong output, a compile failure, a launch error: kept as data, never a winner.
     Failed { error: String },
@@ -143,11 +154,56 @@ impl Candidate {
         .filter(|ms| ms.is_finite() && *ms > 0.0)
     }
 
-    /// Records (or, with None, drops) its settled time; a failed candidate has none.
+    /// Records (or, with None, drops) its settled time, as one pass; a failed candidate
+    /// has none.
     pub fn set_settled_ms(&mut self, settled: Option<f64>) {
-        if let Outcome::Measured { settled_ms, .. } = &mut self.outcome {
+        if let Outcome::Measured {
+            settled_ms,
+            settled_passes,
+            ..
+        } = &mut self.outcome
+        {
             *settled_ms = settled;
+            settled_passes.clear();
         }
+    }
+
+    /// Its finals timings, one per pass (a single settled time is one pass).
+    pub fn settled_passes(&self) -> Vec<f64> {
+        match &self.outcome {
+            Outcome::Measured { settled_passes, .. } if !settled_passes.is_empty() => {
+                settled_passes.clone()
+            }
+            _ => self.settled_ms().into_iter().collect(),
+        }
+    }
+
+    /// Adds one pass's finals timing; its settled time becomes the median of its passes
+    /// (the mean of the middle two of an even count). A failed candidate takes none.
+    pub fn push_settled_pass(&mut self, ms: f64) {
+        let mut passes = self.settled_passes();
+        passes.push(ms);
+        if let Outcome::Measured {
+            settled_ms,
+            settled_passes,
+            ..
+        } = &mut self.outcome
+        {
+            *settled_ms = Some(median(&passes));
+            *settled_passes = if passes.len() > 1 { passes } else { Vec::new() };
+        }
+    }
+}
+
+/// The median of `values` (not empty), the mean of the middle two of an even count.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 
@@ -579,6 +635,8 @@ mod tests {
                 finalists: 0,
                 settle_ms: 0.0,
                 key_warmup_ms: 0.0,
+                short_key_passes: 0,
+                short_key_ms: 0.0,
             },
             date: "2026-11-30T10:00:00Z".into(),
             candidates: ms
@@ -600,6 +658,7 @@ mod tests {
                             tflops: 100.0 / ms,
                             registers: 200,
                             settled_ms: None,
+                            settled_passes: Vec::new(),
                         },
                         None => Outcome::Failed {
                             error: "O relative L2 error 1e-1".into(),
@@ -629,6 +688,33 @@ mod tests {
             c.set_settled_ms(*s);
         }
         r
+    }
+
+    #[test]
+    fn several_passes_settle_at_their_median_and_one_pass_is_stored_as_before() {
+        let mut r = record(&[Some(1.0), Some(0.9)], 512, "H200");
+        let c = &mut r.candidates[1];
+        c.push_settled_pass(1.0);
+        assert_eq!((c.settled_ms(), c.settled_passes()), (Some(1.0), vec![1.0]));
+        let one = serde_json::to_string(&*c).unwrap();
+        assert!(!one.contains("settled_passes"), "{one}");
+        // One slow outlier among three passes does not move the median.
+        c.push_settled_pass(1.3);
+        assert_eq!(c.settled_ms(), Some(1.15), "two passes: their mean");
+        c.push_settled_pass(0.98);
+        assert_eq!(c.settled_ms(), Some(1.0));
+        assert_eq!(c.settled_passes(), vec![1.0, 1.3, 0.98]);
+        let text = serde_json::to_string(&*c).unwrap();
+        assert_eq!(serde_json::from_str::<Candidate>(&text).unwrap(), *c);
+        // Dropping the settled time drops the passes; a failed candidate takes none.
+        c.set_settled_ms(None);
+        assert!(c.settled_passes().is_empty());
+        let mut failed = record(&[None], 512, "H200").candidates.remove(0);
+        failed.push_settled_pass(1.0);
+        assert_eq!(
+            (failed.settled_ms(), failed.settled_passes()),
+            (None, vec![])
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use fa4_spec::{Features, KernelSpec, MaskKind};
+use fa4_spec::{Features, KernelSpec, MaskKind, TileConfig};
 
 use crate::bench::{self, Cell, L2Flush};
 use crate::compile::BuiltKernel;
@@ -56,6 +56,17 @@ pub const SETTLE_MS: f64 = 50.0;
 /// keys kept it on a 0.5% lead over a tile that runs 11% faster held at the power cap:
 /// `bench/NOTES.md`).
 pub const KEY_WARMUP_MS: f64 = 250.0;
+/// Finals passes on short keys, and the screening time (of the key's fastest finalist)
+/// under which a key is short. There a single settled timing decided between tiles
+/// within 5% of each other on a reading that another call, or the bench, put 10% off
+/// (d256 at 512 keys: the shared-O tile read 12.6% above its screening, its rivals 5 to
+/// 12%, and lost a key the bench gives it by 8%: `bench/NOTES.md`). Each pass times
+/// every finalist once, in an order rotated by one per pass; the median of a finalist's
+/// passes ranks it, so one reading off by a clock excursion no longer decides. Long keys
+/// keep one pass: their readings agree with the bench within 2 to 3%, and three passes
+/// of multi-millisecond kernels would triple the finals' device time.
+pub const SHORT_KEY_PASSES: usize = 3;
+pub const SHORT_KEY_MS: f64 = 1.0;
 /// The standard verify cases every candidate passes before it is timed: odd lengths,
 /// more keys than queries, GQA, ragged varlen batches with empty sequences, prefixes.
 pub const CHECK_CASES: &[&str] = &[
@@ -76,6 +87,8 @@ pub fn timing_policy() -> TimingPolicy {
         finalists: FINALISTS as u32,
         settle_ms: SETTLE_MS,
         key_warmup_ms: KEY_WARMUP_MS,
+        short_key_passes: SHORT_KEY_PASSES as u32,
+        short_key_ms: SHORT_KEY_MS,
     }
 }
 
@@ -317,34 +330,12 @@ pub fn tune_spec(
     // start empty.
     let mut records: Vec<Record> = Vec::new();
     for key in keys {
-        let hash = (session.template_hash)(key.template);
-        let stored = session.db.get(&crate::db::record_key(
-            key.template,
-            &key.spec,
-            key.bucket,
+        records.push(current_record(
+            session.db,
             &session.device,
-        ))?;
-        let record = match stored {
-            // Finals taken before the key warm-up are taken again. Their settled times
-            // go in memory only: the store keeps them until the first new one is written.
-            Some(mut r) if r.template_hash == hash => {
-                if r.timing.key_warmup_ms < KEY_WARMUP_MS {
-                    r.candidates.iter_mut().for_each(|c| c.set_settled_ms(None));
-                }
-                r
-            }
-            _ => Record {
-                template: key.template,
-                spec: key.spec,
-                bucket: key.bucket,
-                device: session.device.clone(),
-                template_hash: hash.clone(),
-                timing: timing_policy(),
-                date: crate::timestamp::utc_now(),
-                candidates: Vec::new(),
-            },
-        };
-        records.push(record);
+            session.template_hash,
+            key,
+        )?);
     }
     let measured =
         |r: &Record, k: &TuneKernel| r.candidates.iter().any(|c| c.kernel == k.built.id.0);
@@ -353,18 +344,15 @@ pub fn tune_spec(
         .map(|k| records.iter().filter(|r| !measured(r, k)).count())
         .sum();
     counts.skipped = kernels.len() * records.len() - pending;
-    let settled_count = |r: &Record| {
-        r.candidates
-            .iter()
-            .filter(|c| c.settled_ms().is_some())
-            .count()
-    };
+    // (Before the screening, the finalists and a key's passes are estimates: every
+    // finalist of a new key is counted at the passes its default's screening implies.)
+    let passes_taken =
+        |r: &Record| -> usize { r.candidates.iter().map(|c| c.settled_passes().len()).sum() };
     let finals_planned: usize = records
         .iter()
         .map(|r| {
-            FINALISTS
-                .min(kernels.len().max(r.candidates.len()))
-                .saturating_sub(settled_count(r))
+            (FINALISTS.min(kernels.len().max(r.candidates.len())) * final_passes(r))
+                .saturating_sub(passes_taken(r))
         })
         .sum();
     progress.planned(pending + finals_planned);
@@ -402,6 +390,7 @@ pub fn tune_spec(
                             tflops: t.tflops,
                             registers: kernel.built.resources.registers,
                             settled_ms: None,
+                            settled_passes: Vec::new(),
                         }
                     }
                     Err(why) => {
@@ -429,51 +418,146 @@ pub fn tune_spec(
         }
     }
 
-    // The finals: every key's finalists re-timed after settling, each written as it is
-    // timed, like the screening above. A finalist without a settled time (never timed,
-    // or its finals timing failed) is timed on every run until it has one.
+    // The finals: every key's finalists re-timed after settling, in passes (several on
+    // short keys), each timing written as it is taken, like the screening above. A
+    // finalist short of its passes (never timed, or a timing failed) is timed on every
+    // run until it has them; one whose timing fails sits out the rest of this run.
     for record in &mut records {
         let key = Key {
             template: record.template,
             spec: record.spec,
             bucket: record.bucket,
         };
+        let chosen = finalists(record);
+        let passes = final_passes(record);
         let mut warm = false; // this key's first finals timing of the run warms up longer
-        for i in finalists(record) {
-            if record.candidates[i].settled_ms().is_some() {
-                continue;
-            }
-            let Some(kernel) = kernels
-                .iter()
-                .find(|k| k.built.id.0 == record.candidates[i].kernel)
-            else {
-                continue; // not built this time: it keeps no settled time
-            };
-            if session.deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok((counts, true));
-            }
-            let settle_ms = if warm { SETTLE_MS } else { KEY_WARMUP_MS };
-            warm = true;
-            let settled = match measurer.time(kernel, record.bucket, settle_ms)? {
-                Ok(t) => {
-                    counts.finals += 1;
-                    Some(t.ms)
+        let mut failed: Vec<usize> = Vec::new();
+        for pass in 0..passes {
+            for j in 0..chosen.len() {
+                let i = chosen[(j + pass) % chosen.len()];
+                if record.candidates[i].settled_passes().len() > pass || failed.contains(&i) {
+                    continue;
                 }
-                Err(_) => {
-                    counts.time_failed += 1;
-                    None
+                let Some(kernel) = kernels
+                    .iter()
+                    .find(|k| k.built.id.0 == record.candidates[i].kernel)
+                else {
+                    continue; // not built this time: it keeps what it has
+                };
+                if session.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok((counts, true));
                 }
-            };
-            record.candidates[i].set_settled_ms(settled);
-            record.timing.finalists = FINALISTS as u32;
-            record.timing.settle_ms = SETTLE_MS;
-            record.timing.key_warmup_ms = KEY_WARMUP_MS;
-            record.date = crate::timestamp::utc_now();
-            session.db.put(record)?;
-            progress.finalist(&key, kernel, settled);
+                let settle_ms = if warm { SETTLE_MS } else { KEY_WARMUP_MS };
+                warm = true;
+                let settled = match measurer.time(kernel, record.bucket, settle_ms)? {
+                    Ok(t) => {
+                        counts.finals += 1;
+                        record.candidates[i].push_settled_pass(t.ms);
+                        record.candidates[i].settled_ms()
+                    }
+                    Err(_) => {
+                        counts.time_failed += 1;
+                        failed.push(i);
+                        None
+                    }
+                };
+                let policy = timing_policy();
+                record.timing.finalists = policy.finalists;
+                record.timing.settle_ms = policy.settle_ms;
+                record.timing.key_warmup_ms = policy.key_warmup_ms;
+                record.timing.short_key_passes = policy.short_key_passes;
+                record.timing.short_key_ms = policy.short_key_ms;
+                record.date = crate::timestamp::utc_now();
+                session.db.put(record)?;
+                progress.finalist(&key, kernel, settled);
+            }
         }
     }
     Ok((counts, false))
+}
+
+/// `key`'s record as a tune resumes it: the stored one if it was measured with the
+/// current template (finals taken before the key warm-up dropped: they are taken
+/// again; the settled times go in memory only, the store keeps them until the first new
+/// one is written), else an empty one.
+fn current_record(
+    db: &TuningDb,
+    device: &Device,
+    template_hash: &dyn Fn(Template) -> String,
+    key: &Key,
+) -> Result<Record, TuneError> {
+    let hash = template_hash(key.template);
+    let stored = db.get(&crate::db::record_key(
+        key.template,
+        &key.spec,
+        key.bucket,
+        device,
+    ))?;
+    Ok(match stored {
+        Some(mut r) if r.template_hash == hash => {
+            if r.timing.key_warmup_ms < KEY_WARMUP_MS {
+                r.candidates.iter_mut().for_each(|c| c.set_settled_ms(None));
+            }
+            r
+        }
+        _ => Record {
+            template: key.template,
+            spec: key.spec,
+            bucket: key.bucket,
+            device: device.clone(),
+            template_hash: hash,
+            timing: timing_policy(),
+            date: crate::timestamp::utc_now(),
+            candidates: Vec::new(),
+        },
+    })
+}
+
+/// The configs a tune of `keys` (one spec's) still has to build and time: those some
+/// current record lacks, and the finalists short of their passes; None when some key
+/// has no current record (every candidate is screened there). A run that only tops up
+/// the finals so compiles the finalists alone, not the spec's whole space.
+pub fn configs_to_time(
+    db: &TuningDb,
+    device: &Device,
+    template_hash: &dyn Fn(Template) -> String,
+    keys: &[Key],
+    planned: &[TileConfig],
+) -> Result<Option<Vec<TileConfig>>, TuneError> {
+    let mut needed: Vec<TileConfig> = Vec::new();
+    for key in keys {
+        let record = current_record(db, device, template_hash, key)?;
+        if record.candidates.is_empty() {
+            return Ok(None);
+        }
+        for config in planned {
+            if !record.candidates.iter().any(|c| c.config == *config) && !needed.contains(config) {
+                needed.push(config.clone());
+            }
+        }
+        let passes = final_passes(&record);
+        for i in finalists(&record) {
+            let c = &record.candidates[i];
+            if c.settled_passes().len() < passes && !needed.contains(&c.config) {
+                needed.push(c.config.clone());
+            }
+        }
+    }
+    Ok(Some(needed))
+}
+
+/// The finals passes `record`'s key gets: [`SHORT_KEY_PASSES`] where its fastest
+/// measured candidate screened under [`SHORT_KEY_MS`], else one.
+fn final_passes(record: &Record) -> usize {
+    let fastest = record
+        .candidates
+        .iter()
+        .filter_map(Candidate::screened_ms)
+        .min_by(f64::total_cmp);
+    match fastest {
+        Some(ms) if ms < SHORT_KEY_MS => SHORT_KEY_PASSES,
+        _ => 1,
+    }
 }
 
 /// The indices of `record`'s finalists: candidate 0 (the default) if it was measured,
@@ -754,6 +838,8 @@ mod tests {
         finals_crash: Option<usize>,
         /// The finals timing of this kernel fails (kept as data).
         finals_fail: Option<usize>,
+        /// (kernel, its n-th finals timing of the run): a factor on that one reading.
+        outliers: BTreeMap<(usize, usize), f64>,
     }
 
     impl Scripted {
@@ -771,6 +857,7 @@ mod tests {
                 finals_until: None,
                 finals_crash: None,
                 finals_fail: None,
+                outliers: BTreeMap::new(),
             }
         }
         fn finals(&self) -> usize {
@@ -819,11 +906,13 @@ mod tests {
                 if let Some(t) = self.finals_until {
                     std::thread::sleep(t.saturating_duration_since(Instant::now()));
                 }
+                let nth = self.finals.borrow().iter().filter(|&&k| k == i).count();
                 self.finals.borrow_mut().push(i);
                 if self.finals_fail == Some(i) {
                     return Ok(Err("launch timed out".into()));
                 }
                 ms *= self.settled.get(&i).copied().unwrap_or(1.0);
+                ms *= self.outliers.get(&(i, nth)).copied().unwrap_or(1.0);
             } else {
                 self.timings.set(self.timings.get() + 1);
             }
@@ -842,6 +931,16 @@ mod tests {
             driver: "13.0".into(),
             nvrtc: "13.0".into(),
         }
+    }
+
+    /// Finals timings of a whole tune of `keys(buckets)` with every finalist right:
+    /// scripted screening puts 1024 keys and shorter under SHORT_KEY_MS (k2: 0.5 ms
+    /// at 1024), 2048 and longer over it.
+    fn finals_for(buckets: &[u32]) -> usize {
+        buckets
+            .iter()
+            .map(|&b| FINALISTS * if b <= 1024 { SHORT_KEY_PASSES } else { 1 })
+            .sum()
     }
 
     fn keys(buckets: &[u32]) -> Vec<Key> {
@@ -882,8 +981,8 @@ mod tests {
         assert_eq!(m.timings.get(), 4 * 2, "the wrong kernel is not timed");
         assert_eq!(
             (m.finals(), counts.finals),
-            (4 * 2, 4 * 2),
-            "every right one is a finalist"
+            (4 * SHORT_KEY_PASSES + 4, 4 * SHORT_KEY_PASSES + 4),
+            "every right one is a finalist, in three passes at 512 keys, one at 4096"
         );
         let records = db.records().unwrap();
         assert_eq!(records.len(), 2);
@@ -921,7 +1020,7 @@ mod tests {
         run(&db, "h1", &keys, &ks, &mut m, &Silent);
         let mut again = Scripted::new(&ks, None, Duration::ZERO);
         let (counts, _) = run(&db, "h1", &keys, &ks, &mut again, &Silent);
-        assert_eq!(m.finals(), 3);
+        assert_eq!(m.finals(), 3 * SHORT_KEY_PASSES);
         assert_eq!(
             (
                 again.checks.get(),
@@ -936,7 +1035,10 @@ mod tests {
         // Another template version: the stale record is replaced whole, not extended.
         let mut fresh = Scripted::new(&ks, None, Duration::ZERO);
         run(&db, "h2", &keys, &ks, &mut fresh, &Silent);
-        assert_eq!((fresh.timings.get(), fresh.finals()), (3, 3));
+        assert_eq!(
+            (fresh.timings.get(), fresh.finals()),
+            (3, 3 * SHORT_KEY_PASSES)
+        );
         let r = &db.records().unwrap()[0];
         assert_eq!((r.template_hash.as_str(), r.candidates.len()), ("h2", 3));
     }
@@ -963,7 +1065,7 @@ mod tests {
         let mut rest = Scripted::new(&ks, None, Duration::ZERO);
         run(&db, "h1", &keys, &ks, &mut rest, &Silent);
         assert_eq!(rest.timings.get(), 8 - done);
-        assert_eq!(rest.finals(), 2 * FINALISTS);
+        assert_eq!(rest.finals(), finals_for(&[256, 2048]));
     }
 
     /// Prints a line per measurement, for the parent of `tune_child` to count.
@@ -1034,7 +1136,11 @@ mod tests {
             12 - kept,
             "only what the kill lost is measured again"
         );
-        assert_eq!(rest.finals(), 2 * FINALISTS, "then the finals of both keys");
+        assert_eq!(
+            rest.finals(),
+            finals_for(&[512, 8192]),
+            "then the finals of both keys"
+        );
         for r in db.records().unwrap() {
             let ids: Vec<&str> = r.candidates.iter().map(|c| c.kernel.as_str()).collect();
             let want: Vec<&str> = ks.iter().map(|k| k.built.id.0.as_str()).collect();
@@ -1068,9 +1174,10 @@ mod tests {
         m.settled = BTreeMap::from([(2, 5.0), (1, 0.8)]);
         let (counts, stopped) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
         assert!(!stopped);
-        assert_eq!(counts.finals, FINALISTS);
+        assert_eq!(counts.finals, FINALISTS * SHORT_KEY_PASSES);
         let r = &db.records().unwrap()[0];
         assert_eq!((r.timing.finalists, r.timing.settle_ms), (4, SETTLE_MS));
+        assert_eq!(r.timing.short_key_passes, SHORT_KEY_PASSES as u32);
         let by_screening = Record {
             candidates: r
                 .candidates
@@ -1106,7 +1213,11 @@ mod tests {
         m.settled = BTreeMap::from([(2, 2.0)]);
         m.finals_fail = Some(1);
         let (counts, _) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
-        assert_eq!((counts.finals, counts.time_failed), (FINALISTS - 1, 1));
+        assert_eq!(
+            (counts.finals, counts.time_failed),
+            ((FINALISTS - 1) * SHORT_KEY_PASSES, 1),
+            "a finalist whose timing fails sits out the other passes"
+        );
         let r = &db.records().unwrap()[0];
         assert_eq!(settled_of(r, &ks), vec![(0, 1.0), (2, 1.0), (3, 1.3)]);
         assert_eq!(r.winner().unwrap().0.kernel, ks[0].built.id.0);
@@ -1124,10 +1235,12 @@ mod tests {
         m.screened = BTreeMap::from([(0, 3.0)]);
         let (counts, _) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
         assert_eq!(counts.timed, 6 * 2);
-        assert_eq!((counts.finals, m.finals()), (FINALISTS * 2, FINALISTS * 2));
+        let all = finals_for(&[512, 4096]);
+        assert_eq!((counts.finals, m.finals()), (all, all));
         let mut timed = m.finals.borrow().clone();
         timed.sort();
-        assert_eq!(timed, vec![0, 0, 1, 1, 2, 2, 3, 3]);
+        let each = SHORT_KEY_PASSES + 1;
+        assert_eq!(timed, [[0; 4], [1; 4], [2; 4], [3; 4]].concat()[..4 * each]);
         for r in db.records().unwrap() {
             let settled: Vec<usize> = settled_of(&r, &ks).into_iter().map(|s| s.0).collect();
             assert_eq!(settled, vec![0, 1, 2, 3], "k4 and k5 are not re-timed");
@@ -1151,8 +1264,13 @@ mod tests {
         let db = TuningDb::open(&dir.path().join("db")).unwrap();
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         run(&db, "h1", &keys, &ks, &mut m, &Silent);
-        let per_key = [true, false, false, false];
-        assert_eq!(*m.warmups.borrow(), [per_key, per_key].concat());
+        let per_key = |passes: usize| {
+            let mut w = vec![false; FINALISTS * passes];
+            w[0] = true;
+            w
+        };
+        let warmups = [per_key(SHORT_KEY_PASSES), per_key(1)].concat();
+        assert_eq!(*m.warmups.borrow(), warmups);
         for r in db.records().unwrap() {
             assert_eq!(r.timing.key_warmup_ms, KEY_WARMUP_MS);
             assert_eq!(r.choice().unwrap().kernel, ks[2].built.id.0);
@@ -1167,8 +1285,11 @@ mod tests {
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         m.settled = BTreeMap::from([(2, 3.0)]);
         let (counts, _) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
-        assert_eq!((m.timings.get(), counts.finals), (0, 2 * FINALISTS));
-        assert_eq!(*m.warmups.borrow(), [per_key, per_key].concat());
+        assert_eq!(
+            (m.timings.get(), counts.finals),
+            (0, finals_for(&[512, 4096]))
+        );
+        assert_eq!(*m.warmups.borrow(), warmups);
         for r in db.records().unwrap() {
             assert_eq!(r.timing.key_warmup_ms, KEY_WARMUP_MS);
             assert_eq!(
@@ -1194,7 +1315,7 @@ mod tests {
             db.records()
                 .unwrap()
                 .iter()
-                .map(|r| settled_of(r, &ks).len())
+                .flat_map(|r| r.candidates.iter().map(|c| c.settled_passes().len()))
                 .sum()
         };
         // The deadline passes while the first finalist is timed: the screening is
@@ -1229,7 +1350,10 @@ mod tests {
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         let (counts, stopped) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
         assert!(!stopped);
-        assert_eq!((m.timings.get(), counts.finals), (0, 2 * FINALISTS - 3));
+        assert_eq!(
+            (m.timings.get(), counts.finals),
+            (0, finals_for(&[512, 4096]) - 3)
+        );
         for r in db.records().unwrap() {
             let settled: Vec<usize> = settled_of(&r, &ks).into_iter().map(|s| s.0).collect();
             assert_eq!(settled, vec![0, 1, 2, 3]);
@@ -1237,6 +1361,88 @@ mod tests {
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         let (counts, _) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
         assert_eq!((m.timings.get(), m.finals(), counts.finals), (0, 0, 0));
+    }
+
+    #[test]
+    fn short_keys_settle_on_the_median_of_rotating_passes() {
+        let ks = kernels(5);
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        // At 512 keys: k2 0.25 ms, k0 0.5, k1 0.55, k3 0.65 (finalists), k4 0.7. One
+        // of k2's three readings is a 3x outlier, one of k0's a 0.5x one: neither
+        // decides. At 4096 keys (one pass) k2's single reading is its outlier.
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.outliers = BTreeMap::from([((2, 1), 3.0), ((0, 2), 0.5), ((2, 3), 3.0)]);
+        run(&db, "h1", &keys(&[512, 4096]), &ks, &mut m, &Silent);
+        let timed = m.finals.borrow().clone();
+        // Pass p starts at the p-th finalist (default, then by screening time).
+        assert_eq!(
+            timed[..12],
+            [0, 2, 1, 3, 2, 1, 3, 0, 1, 3, 0, 2],
+            "{timed:?}"
+        );
+        assert_eq!(timed[12..], [0, 2, 1, 3]);
+        let records = db.records().unwrap();
+        let short = records.iter().find(|r| r.bucket.seqlen == 512).unwrap();
+        let passes = |r: &Record, k: usize| {
+            r.candidates
+                .iter()
+                .find(|c| c.kernel == ks[k].built.id.0)
+                .unwrap()
+                .settled_passes()
+        };
+        assert_eq!(passes(short, 2), vec![0.25, 0.75, 0.25]);
+        assert_eq!(passes(short, 0), vec![0.5, 0.5, 0.25]);
+        assert_eq!(short.winner().unwrap().0.kernel, ks[2].built.id.0);
+        assert_eq!(short.default_ms(), Some(0.5));
+        let long = records.iter().find(|r| r.bucket.seqlen == 4096).unwrap();
+        assert_eq!(passes(long, 2), vec![6.0], "one pass: 2 ms read as 6");
+        assert_eq!(long.winner().unwrap().0.kernel, ks[0].built.id.0);
+
+        // Records settled in one pass (before passes existed) are topped up to three
+        // on short keys, their one reading kept as the first; long keys are done.
+        for mut r in db.records().unwrap() {
+            for c in r.candidates.iter_mut() {
+                let first = c.settled_passes().first().copied();
+                c.set_settled_ms(first);
+            }
+            r.timing.short_key_passes = 0;
+            db.put(&r).unwrap();
+        }
+        // Only the 512 key's finalists are built again for that.
+        let current = |_: Template| "h1".to_string();
+        let configs: Vec<TileConfig> = ks
+            .iter()
+            .map(|k| k.built.candidate.config.clone())
+            .collect();
+        let to_time =
+            |keys: &[Key]| configs_to_time(&db, &device(), &current, keys, &configs).unwrap();
+        let finalists_512: Vec<TileConfig> =
+            [0, 2, 1, 3].iter().map(|&i| configs[i].clone()).collect();
+        assert_eq!(to_time(&keys(&[512, 4096])), Some(finalists_512));
+        assert_eq!(
+            to_time(&keys(&[512, 4096, 8192])),
+            None,
+            "a new key: everything"
+        );
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        let (counts, _) = run(&db, "h1", &keys(&[512, 4096]), &ks, &mut m, &Silent);
+        assert_eq!((m.timings.get(), counts.finals), (0, 4 * 2));
+        assert_eq!(to_time(&keys(&[512, 4096])), Some(vec![]), "nothing left");
+        // A candidate the records lack (new to the space) is built.
+        for mut r in db.records().unwrap() {
+            r.candidates.retain(|c| c.kernel != ks[4].built.id.0);
+            db.put(&r).unwrap();
+        }
+        assert_eq!(to_time(&keys(&[512, 4096])), Some(vec![configs[4].clone()]));
+        let short = db
+            .records()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.bucket.seqlen == 512)
+            .unwrap();
+        assert_eq!(passes(&short, 0), vec![0.5, 0.5, 0.5]);
+        assert_eq!(short.timing.short_key_passes, SHORT_KEY_PASSES as u32);
     }
 
     #[test]

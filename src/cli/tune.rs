@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use fa4_spec::{Arch, KernelSpec};
+use fa4_spec::{Arch, KernelSpec, TileConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{check_build, load_nvrtc, parse_list, CliError, CliResult, SpecArgs};
@@ -168,14 +168,38 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         nvrtc: nvrtc.version_string(),
     });
 
+    // What each spec still needs built: with every key's record current, only the
+    // candidates still to be timed (a finals top-up compiles the finalists alone).
+    let mut to_build: Vec<(Template, KernelSpec, Option<Vec<TileConfig>>)> = Vec::new();
+    for &(template, spec) in &shard_specs {
+        let needed = match (&db, &device) {
+            (Some(db), Some(device)) if !a.compile_only => {
+                let spec_keys: Vec<Key> = keys
+                    .iter()
+                    .filter(|k| k.template == template && k.spec == spec)
+                    .copied()
+                    .collect();
+                let configs: Vec<TileConfig> = space::plan(template, &spec)
+                    .into_iter()
+                    .map(|p| p.candidate.config)
+                    .collect();
+                tune::configs_to_time(db, device, &template_hash, &spec_keys, &configs)?
+            }
+            _ => None,
+        };
+        to_build.push((template, spec, needed));
+    }
+
     std::thread::scope(|scope| -> CliResult {
         // Compile spec k+1 while the GPU measures spec k (one build in hand at a time).
         let (tx, rx) = mpsc::sync_channel::<(Built, Duration)>(1);
         let (renderer, dir, nvrtc, pool) = (&renderer, &dir, &nvrtc, &pool);
-        let specs_to_build = shard_specs.clone();
         scope.spawn(move || {
-            for (template, spec) in specs_to_build {
-                let planned = space::plan(template, &spec);
+            for (template, spec, needed) in to_build {
+                let mut planned = space::plan(template, &spec);
+                if let Some(needed) = &needed {
+                    planned.retain(|p| needed.contains(&p.candidate.config));
+                }
                 let t = Instant::now();
                 let summary =
                     pool.install(|| compile::build(nvrtc, renderer, dir, &planned, &QuietReporter));
