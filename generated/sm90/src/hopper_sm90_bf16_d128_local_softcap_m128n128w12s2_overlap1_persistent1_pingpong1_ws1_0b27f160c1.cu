@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d64_causal_m64n128w8s2_overlap1_persistent1_pingpong0_ws1_ce88ad05bf
+// fa4-gen kernel hopper_sm90_bf16_d128_local_softcap_m128n128w12s2_overlap1_persistent1_pingpong1_ws1_0b27f160c1
 // template  hopper_fwd.cu.tera (hash ebc903c778e5afe2)
-// spec      arch=sm90 dtype=bf16 head_dim=64 head_dim_v=64 mask=causal features=none
-// config    block_m=64 block_n=128 warps=8 stages=2 overlap=1 persistent=1 pingpong=0 ws=1
+// spec      arch=sm90 dtype=bf16 head_dim=128 head_dim_v=128 mask=local features=softcap
+// config    block_m=128 block_n=128 warps=12 stages=2 overlap=1 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,36 +64,36 @@ struct Wgmma<128, true> {
 
 struct KernelConfig {
     using Element = fa4::bf16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
-    static constexpr int kHeadDim = 64;
-    static constexpr int kHeadDimV = 64;
-    static constexpr int kWarpgroups = 1;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
+    static constexpr int kHeadDim = 128;
+    static constexpr int kHeadDimV = 128;
+    static constexpr int kWarpgroups = 2;
     static constexpr int kBlockN = 128;
     static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
-    static constexpr bool kSoftcap = false;
+    static constexpr bool kSoftcap = true;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
     static constexpr bool kWarpSpecialized = true;
-    static constexpr bool kPingpong = false;
+    static constexpr bool kPingpong = true;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
     static constexpr bool kPersistent = true;
-    static constexpr int kOSlots = 1;
+    static constexpr int kOSlots = 2;
     static constexpr int kQBuffers = 2;
     static constexpr bool kLazyRescale = false;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kHalfFirst = true;
-    static constexpr int kBlocksPerSm = 2;
+    static constexpr int kBlocksPerSm = 1;
     static constexpr int kProducerRegs = 56;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 200;
+    static constexpr int kConsumerRegs = 224;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 90208, "shared memory differs from the config space's model");
-static_assert(KernelTraits::kBlockM == 64, "block_m differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 229504, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
-static_assert(KernelTraits::kThreads == 256, "threads differ from the config space's model");
+static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");
 
 // Q/K/V loaded and O stored by TMA: the argument block carries their tensor maps.
 extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)

@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d64_local_sinks_m192n128w16s3_lazy1_overlap1_pingpong1_ws1_bf7d34fdc7
+// fa4-gen kernel hopper_sm90_fp16_d128_causal_m128n128w12s2_overlap1_persistent1_pingpong1_ws1_b2729c7469
 // template  hopper_fwd.cu.tera (hash ebc903c778e5afe2)
-// spec      arch=sm90 dtype=fp16 head_dim=64 head_dim_v=64 mask=local features=sinks
-// config    block_m=192 block_n=128 warps=16 stages=3 lazy=1 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=fp16 head_dim=128 head_dim_v=128 mask=causal features=none
+// config    block_m=128 block_n=128 warps=12 stages=2 overlap=1 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,13 +64,13 @@ struct Wgmma<128, false> {
 
 struct KernelConfig {
     using Element = fa4::fp16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
-    static constexpr int kHeadDim = 64;
-    static constexpr int kHeadDimV = 64;
-    static constexpr int kWarpgroups = 3;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
+    static constexpr int kHeadDim = 128;
+    static constexpr int kHeadDimV = 128;
+    static constexpr int kWarpgroups = 2;
     static constexpr int kBlockN = 128;
-    static constexpr int kStages = 3;
-    static constexpr bool kSinks = true;
+    static constexpr int kStages = 2;
+    static constexpr bool kSinks = false;
     static constexpr bool kSoftcap = false;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
@@ -78,22 +78,22 @@ struct KernelConfig {
     static constexpr bool kPingpong = true;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = false;
-    static constexpr int kOSlots = 0;
-    static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = true;
+    static constexpr bool kPersistent = true;
+    static constexpr int kOSlots = 2;
+    static constexpr int kQBuffers = 2;
+    static constexpr bool kLazyRescale = false;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kHalfFirst = true;
     static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 32;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 160;
+    static constexpr int kProducerRegs = 56;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 224;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 123024, "shared memory differs from the config space's model");
-static_assert(KernelTraits::kBlockM == 192, "block_m differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 229504, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
-static_assert(KernelTraits::kThreads == 512, "threads differ from the config space's model");
+static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");
 
 // Q/K/V loaded and O stored by TMA: the argument block carries their tensor maps.
 extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)

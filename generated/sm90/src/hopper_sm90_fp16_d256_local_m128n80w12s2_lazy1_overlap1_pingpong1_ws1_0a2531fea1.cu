@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d256_causal_m128n80w12s2_lazy1_overlap1_persistent1_pingpong1_ws1_685c792c65
+// fa4-gen kernel hopper_sm90_fp16_d256_local_m128n80w12s2_lazy1_overlap1_pingpong1_ws1_0a2531fea1
 // template  hopper_fwd.cu.tera (hash ebc903c778e5afe2)
-// spec      arch=sm90 dtype=fp16 head_dim=256 head_dim_v=256 mask=causal features=none
-// config    block_m=128 block_n=80 warps=12 stages=2 lazy=1 overlap=1 persistent=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=fp16 head_dim=256 head_dim_v=256 mask=local features=none
+// config    block_m=128 block_n=80 warps=12 stages=2 lazy=1 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,7 +64,7 @@ struct Wgmma<256, false> {
 
 struct KernelConfig {
     using Element = fa4::fp16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
     static constexpr int kHeadDim = 256;
     static constexpr int kHeadDimV = 256;
     static constexpr int kWarpgroups = 2;
@@ -78,15 +78,15 @@ struct KernelConfig {
     static constexpr bool kPingpong = true;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = true;
+    static constexpr bool kPersistent = false;
     static constexpr int kOSlots = 0;
     static constexpr int kQBuffers = 1;
     static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kHalfFirst = false;
     static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 56;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 224;
+    static constexpr int kProducerRegs = 40;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 232;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
