@@ -323,6 +323,8 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
             finalists: 0,
             settle_ms: 0.0,
             key_warmup_ms: 0.0,
+            short_key_passes: 0,
+            short_key_ms: 0.0,
         },
         date: "2026-11-30T11:00:00Z".into(),
         candidates: vec![Candidate {
@@ -340,6 +342,7 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
                 tflops: 300.0,
                 registers: 240,
                 settled_ms: None,
+                settled_passes: Vec::new(),
             },
         }],
     };
