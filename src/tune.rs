@@ -344,17 +344,20 @@ pub fn tune_spec(
         .map(|k| records.iter().filter(|r| !measured(r, k)).count())
         .sum();
     counts.skipped = kernels.len() * records.len() - pending;
-    // (Before the screening, the finalists and a key's passes are estimates: every
-    // finalist of a new key is counted at the passes its default's screening implies.)
-    let passes_taken =
-        |r: &Record| -> usize { r.candidates.iter().map(|c| c.settled_passes().len()).sum() };
-    let finals_planned: usize = records
-        .iter()
-        .map(|r| {
-            (FINALISTS.min(kernels.len().max(r.candidates.len())) * final_passes(r))
-                .saturating_sub(passes_taken(r))
-        })
-        .sum();
+    // Finals timings still to take. Keys not screened yet count one pass each (their
+    // passes follow from the screening); the rest are planned once it is done.
+    let finals_to_take = |records: &[Record]| -> usize {
+        let passes_taken =
+            |r: &Record| -> usize { r.candidates.iter().map(|c| c.settled_passes().len()).sum() };
+        records
+            .iter()
+            .map(|r| {
+                (FINALISTS.min(kernels.len().max(r.candidates.len())) * final_passes(r))
+                    .saturating_sub(passes_taken(r))
+            })
+            .sum()
+    };
+    let finals_planned = finals_to_take(&records);
     progress.planned(pending + finals_planned);
 
     for kernel in kernels {
@@ -417,6 +420,8 @@ pub fn tune_spec(
             progress.measured(&key, kernel, &outcome, best);
         }
     }
+
+    progress.planned(finals_to_take(&records).saturating_sub(finals_planned));
 
     // The finals: every key's finalists re-timed after settling, in passes (several on
     // short keys), each timing written as it is taken, like the screening above. A
@@ -1443,6 +1448,36 @@ mod tests {
             .unwrap();
         assert_eq!(passes(&short, 0), vec![0.5, 0.5, 0.5]);
         assert_eq!(short.timing.short_key_passes, SHORT_KEY_PASSES as u32);
+    }
+
+    /// Sums what a tune plans and counts what it then measures.
+    #[derive(Default)]
+    struct Tally {
+        planned: Counter<usize>,
+        done: Counter<usize>,
+    }
+    impl Progress for Tally {
+        fn planned(&self, count: usize) {
+            self.planned.set(self.planned.get() + count);
+        }
+        fn measured(&self, _: &Key, _: &TuneKernel, _: &Outcome, _: Option<(String, f64)>) {
+            self.done.set(self.done.get() + 1);
+        }
+        fn finalist(&self, _: &Key, _: &TuneKernel, _: Option<f64>) {
+            self.done.set(self.done.get() + 1);
+        }
+    }
+
+    #[test]
+    fn the_progress_plan_covers_every_pass_of_new_keys() {
+        let ks = kernels(5);
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        let tally = Tally::default();
+        run(&db, "h1", &keys(&[512, 4096]), &ks, &mut m, &tally);
+        assert_eq!(tally.done.get(), 5 * 2 + finals_for(&[512, 4096]));
+        assert_eq!(tally.planned.get(), tally.done.get());
     }
 
     #[test]
