@@ -168,26 +168,26 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         nvrtc: nvrtc.version_string(),
     });
 
-    // What each spec still needs built: with every key's record current, only the
+    // Each spec's plan, planned once: with every key's record current, only the
     // candidates still to be timed (a finals top-up compiles the finalists alone).
-    let mut to_build: Vec<(Template, KernelSpec, Option<Vec<TileConfig>>)> = Vec::new();
+    let mut to_build: Vec<(Template, KernelSpec, Vec<space::Planned>)> = Vec::new();
     for &(template, spec) in &shard_specs {
-        let needed = match (&db, &device) {
-            (Some(db), Some(device)) if !a.compile_only => {
-                let spec_keys: Vec<Key> = keys
-                    .iter()
-                    .filter(|k| k.template == template && k.spec == spec)
-                    .copied()
-                    .collect();
-                let configs: Vec<TileConfig> = space::plan(template, &spec)
-                    .into_iter()
-                    .map(|p| p.candidate.config)
-                    .collect();
+        let mut planned = space::plan(template, &spec);
+        if let (Some(db), Some(device), false) = (&db, &device, a.compile_only) {
+            let spec_keys: Vec<Key> = keys
+                .iter()
+                .filter(|k| k.template == template && k.spec == spec)
+                .copied()
+                .collect();
+            let configs: Vec<TileConfig> =
+                planned.iter().map(|p| p.candidate.config.clone()).collect();
+            if let Some(needed) =
                 tune::configs_to_time(db, device, &template_hash, &spec_keys, &configs)?
+            {
+                planned.retain(|p| needed.contains(&p.candidate.config));
             }
-            _ => None,
-        };
-        to_build.push((template, spec, needed));
+        }
+        to_build.push((template, spec, planned));
     }
 
     std::thread::scope(|scope| -> CliResult {
@@ -195,11 +195,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         let (tx, rx) = mpsc::sync_channel::<(Built, Duration)>(1);
         let (renderer, dir, nvrtc, pool) = (&renderer, &dir, &nvrtc, &pool);
         scope.spawn(move || {
-            for (template, spec, needed) in to_build {
-                let mut planned = space::plan(template, &spec);
-                if let Some(needed) = &needed {
-                    planned.retain(|p| needed.contains(&p.candidate.config));
-                }
+            for (template, spec, planned) in to_build {
                 let t = Instant::now();
                 let summary =
                     pool.install(|| compile::build(nvrtc, renderer, dir, &planned, &QuietReporter));
