@@ -609,6 +609,9 @@ fn sass_counts_the_main_loop_of_built_kernels() {
         count("instructions") > count("tensor") + count("mufu") + 100,
         "{main}"
     );
+    // The default compiles without spills: no local-memory access in the loop or outside.
+    assert_eq!(count("local"), 0, "{main}");
+    assert_eq!(rows[0]["local_accesses"].as_u64(), Some(0), "{rows:?}");
     let out = fa4_gen(dir.path(), &["sass", "--out", build, "--against", build]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(

@@ -631,6 +631,15 @@ fn id_without_hash(id: &str) -> &str {
     id.rsplit_once('_').map_or(id, |(head, _)| head)
 }
 
+/// One built kernel's SASS, as `fa4-gen sass` reports it.
+#[derive(serde::Serialize)]
+struct KernelSass {
+    kernel: String,
+    main_loop: Option<compile::sass::LoopCensus>,
+    /// LDL/STL anywhere in the kernel.
+    local_accesses: u32,
+}
+
 fn sass_cmd(a: SassArgs) -> CliResult {
     use compile::sass;
     let arch: Arch = a
@@ -639,44 +648,46 @@ fn sass_cmd(a: SassArgs) -> CliResult {
         .map_err(|e: ParseError| CliError::Usage(e.to_string()))?;
     let nvdisasm = sass::find_nvdisasm()
         .ok_or_else(|| CliError::Failed(sass::SassError::NoNvdisasm.to_string()))?;
-    // (id without hash) -> (id, census) of one build folder's kernels.
-    let census_of =
-        |root: &PathBuf| -> Result<BTreeMap<String, (String, Option<sass::LoopCensus>)>, CliError> {
-            let dir = BuildDir::new(root);
-            let report = dir.load_report(arch)?.ok_or_else(|| {
+    // (id without hash) -> census, of one build folder's kernels.
+    let census_of = |root: &PathBuf| -> Result<BTreeMap<String, KernelSass>, CliError> {
+        let dir = BuildDir::new(root);
+        let report = dir.load_report(arch)?.ok_or_else(|| {
                 let root = root.display();
                 CliError::Usage(format!(
                     "{root}: nothing built for {arch}; run `fa4-gen compile --arch {arch} --out {root}` first"
                 ))
             })?;
-            let mut out = BTreeMap::new();
-            for k in &report.kernels {
-                if a.filter
-                    .as_ref()
-                    .is_some_and(|f| !k.id.0.contains(f.as_str()))
-                {
-                    continue;
-                }
-                let text = sass::disassemble(&nvdisasm, &dir.path(&k.cubin))
-                    .map_err(|e| CliError::Failed(e.to_string()))?;
-                out.insert(
-                    id_without_hash(&k.id.0).to_string(),
-                    (k.id.0.clone(), sass::main_loop(&text)),
-                );
+        let mut out = BTreeMap::new();
+        for k in &report.kernels {
+            if a.filter
+                .as_ref()
+                .is_some_and(|f| !k.id.0.contains(f.as_str()))
+            {
+                continue;
             }
-            Ok(out)
-        };
+            let text = sass::disassemble(&nvdisasm, &dir.path(&k.cubin))
+                .map_err(|e| CliError::Failed(e.to_string()))?;
+            out.insert(
+                id_without_hash(&k.id.0).to_string(),
+                KernelSass {
+                    kernel: k.id.0.clone(),
+                    main_loop: sass::main_loop(&text),
+                    local_accesses: sass::local_accesses(&text),
+                },
+            );
+        }
+        Ok(out)
+    };
     let ours = census_of(&a.out)?;
     let theirs = a.against.as_ref().map(census_of).transpose()?;
     if a.json {
         let rows: Vec<serde_json::Value> = ours
             .iter()
-            .map(|(key, (id, c))| {
-                let against = theirs
-                    .as_ref()
-                    .and_then(|t| t.get(key))
-                    .map(|(id, c)| serde_json::json!({"kernel": id, "main_loop": c}));
-                serde_json::json!({"kernel": id, "main_loop": c, "against": against})
+            .map(|(key, k)| {
+                let mut row = serde_json::to_value(k).expect("serialises");
+                row["against"] = serde_json::to_value(theirs.as_ref().and_then(|t| t.get(key)))
+                    .expect("serialises");
+                row
             })
             .collect();
         println!(
@@ -685,33 +696,39 @@ fn sass_cmd(a: SassArgs) -> CliResult {
         );
         return Ok(());
     }
+    // local: LDL/STL in the main loop / in the whole kernel (spills and their reloads).
     println!(
-        "{:>6} {:>6} {:>5} {:>5}  {}kernel (main loop, one iteration)",
+        "{:>6} {:>6} {:>5} {:>5} {:>7}  {}kernel (main loop, one iteration)",
         "instr",
         "tensor",
         "mufu",
         "r2ur",
+        "local",
         if theirs.is_some() { "against  " } else { "" }
     );
     let mut changed = 0;
-    for (key, (id, c)) in &ours {
-        let Some(c) = c else {
-            println!("{:>26}  {id} (no loop with tensor-core instructions)", "-");
+    for (key, k) in &ours {
+        let id = &k.kernel;
+        let Some(c) = &k.main_loop else {
+            println!("{:>34}  {id} (no loop with tensor-core instructions)", "-");
             continue;
         };
         let against = match theirs.as_ref().map(|t| t.get(key)) {
             None => String::new(),
-            Some(Some((_, Some(o)))) if o.instructions == c.instructions => {
-                format!("{:>7}  ", "same")
-            }
-            Some(Some((_, Some(o)))) => {
+            Some(Some(KernelSass {
+                main_loop: Some(o), ..
+            })) if o.instructions == c.instructions => format!("{:>7}  ", "same"),
+            Some(Some(KernelSass {
+                main_loop: Some(o), ..
+            })) => {
                 changed += 1;
                 format!("{:>+7}  ", c.instructions as i64 - o.instructions as i64)
             }
             Some(_) => format!("{:>7}  ", "new"),
         };
+        let local = format!("{}/{}", c.local, k.local_accesses);
         println!(
-            "{:>6} {:>6} {:>5} {:>5}  {against}{id}",
+            "{:>6} {:>6} {:>5} {:>5} {local:>7}  {against}{id}",
             c.instructions, c.tensor, c.mufu, c.r2ur
         );
     }

@@ -2,8 +2,11 @@
 //! iteration issues and of which kinds. A template edit that leaves registers and spills
 //! alone can still cost the loop issue slots (ptxas moving wgmma descriptors off the
 //! uniform datapath took a d256 loop from 471 to 514 instructions and 5% of its speed:
-//! bench/NOTES.md); this census shows it without a GPU. It needs `nvdisasm` (CUDA's, or
-//! PyPI's `nvidia-cuda-nvdisasm`), which nothing else in fa4-gen does.
+//! bench/NOTES.md); this census shows it without a GPU, and where a kernel's spills are
+//! reloaded: ptxas's report counts spilled bytes, not whether the main loop touches them
+//! (a persistent tile's scalars reloaded once per work tile cost nothing measurable). It
+//! needs `nvdisasm` (CUDA's, or PyPI's `nvidia-cuda-nvdisasm`), which nothing else in
+//! fa4-gen does.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,6 +41,8 @@ pub struct LoopCensus {
     /// R2UR: values built on the vector datapath and moved to uniform registers (wgmma
     /// descriptors that ptxas could not keep uniform).
     pub r2ur: u32,
+    /// LDL / STL: local-memory loads and stores (spills) in the loop.
+    pub local: u32,
     /// Every opcode (the mnemonic before its first dot) and its count.
     pub opcodes: BTreeMap<String, u32>,
 }
@@ -149,8 +154,30 @@ pub fn main_loop(sass: &str) -> Option<LoopCensus> {
         tensor: count(&|op| is_tensor(op)),
         mufu: count(&|op| op == "MUFU"),
         r2ur: count(&|op| op == "R2UR"),
+        local: count(&|op| is_local(op)),
         opcodes,
     })
+}
+
+fn is_local(op: &str) -> bool {
+    op == "LDL" || op == "STL"
+}
+
+/// Local-memory loads and stores (LDL / STL) anywhere in `sass`: where ptxas spilled, and
+/// how often the spills are touched outside the main loop too.
+pub fn local_accesses(sass: &str) -> u32 {
+    sass.lines()
+        .filter_map(|line| line.trim().strip_prefix("/*")?.split_once("*/"))
+        .filter_map(|(_, text)| {
+            let text = text.trim();
+            let text = match text.split_once(' ') {
+                Some((pred, rest)) if pred.starts_with('@') => rest.trim(),
+                _ => text,
+            };
+            text.split_whitespace().next()
+        })
+        .filter(|op| is_local(op.split('.').next().unwrap_or(op)))
+        .count() as u32
 }
 
 #[cfg(test)]
@@ -163,12 +190,14 @@ mod tests {
     const SASS: &str = "
         .text.fa4_fwd:
         /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0008*/                   STL [R1], R17 ;
 .L_x_1:
         /*0010*/                   ISETP.GE.AND P0, PT, R0, UR4, PT ;
 .L_x_2:
         /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ;
         /*0030*/                   MUFU.EX2 R2, R2 ;
         /*0040*/                   R2UR UR4, R3 ;
+        /*0048*/               @P3 LDL.64 R4, [R1+0x8] ;
         /*0050*/               @!P0 BRA `(.L_x_2) ;
         /*0060*/                   FADD R1, R1, R2 ;
         /*0070*/               @P1 BRA `(.L_x_1) ;
@@ -185,13 +214,27 @@ mod tests {
     #[test]
     fn the_main_loop_is_the_innermost_with_tensor_work() {
         let c = main_loop(SASS).unwrap();
-        assert_eq!((c.instructions, c.tensor, c.mufu, c.r2ur), (4, 1, 1, 1));
+        assert_eq!(
+            (c.instructions, c.tensor, c.mufu, c.r2ur, c.local),
+            (5, 1, 1, 1, 1)
+        );
         assert_eq!(c.opcodes.get("BRA"), Some(&1));
         assert_eq!(
             c.opcodes.get("FADD"),
             None,
             "the outer loop's instructions stay out"
         );
+    }
+
+    #[test]
+    fn spills_are_counted_in_the_loop_and_in_the_whole_kernel() {
+        assert_eq!(
+            local_accesses(SASS),
+            2,
+            "the prologue's STL and the loop's LDL"
+        );
+        let none = SASS.replace("STL [R1], R17", "MOV R3, R17");
+        assert_eq!(local_accesses(&none), 1);
     }
 
     #[test]
