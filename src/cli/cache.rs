@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 use fa4_spec::{Arch, Dtype, Features, MaskKind, TileConfig};
 
-use super::{load_nvrtc, parse_list, CliError, CliResult};
+use super::{compile_pool, load_nvrtc, parse_list, CliError, CliResult};
 use crate::cache;
 use crate::db::{parse_export, Record};
 use crate::render::Renderer;
@@ -100,13 +100,7 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
     records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
     let specs = cache::specs(&archs, &features);
     let nvrtc = load_nvrtc(quiet)?;
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let pool = compile_pool(a.jobs)?;
     let started = std::time::Instant::now();
     let hash = cache::export_hash(&texts);
     let manifest =

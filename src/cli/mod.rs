@@ -590,6 +590,15 @@ fn load_nvrtc(quiet: bool) -> Result<Nvrtc, CliError> {
     Ok(nvrtc)
 }
 
+/// The threads NVRTC compiles on: `jobs`, or one per core.
+fn compile_pool(jobs: Option<usize>) -> Result<rayon::ThreadPool, CliError> {
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| CliError::Failed(e.to_string()))
+}
+
 fn compile_cmd(a: CompileArgs, quiet: bool) -> CliResult {
     if a.spec.arch.is_empty() {
         return Err(CliError::Usage(
@@ -602,13 +611,7 @@ fn compile_cmd(a: CompileArgs, quiet: bool) -> CliResult {
     let dir = BuildDir::new(&a.out);
     crate::fsutil::ensure_writable_dir(dir.root())?;
     let nvrtc = load_nvrtc(quiet)?;
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let pool = compile_pool(a.jobs)?;
     let reporter = BarReporter::new(quiet);
     let summary = pool.install(|| compile::build(&nvrtc, &renderer, &dir, &planned, &reporter))?;
     let mut archs: Vec<Arch> = specs.iter().map(|(_, s)| s.arch).collect();
@@ -617,7 +620,14 @@ fn compile_cmd(a: CompileArgs, quiet: bool) -> CliResult {
         verify::build_support(&nvrtc, renderer.templates(), &dir, *arch)
             .map_err(CliError::Failed)?;
     }
-    print_build_summary(&summary, &dir, a.verbose, quiet, jobs, &nvrtc);
+    print_build_summary(
+        &summary,
+        &dir,
+        a.verbose,
+        quiet,
+        pool.current_num_threads(),
+        &nvrtc,
+    );
     if let Some(note) = untested_note(archs) {
         if !quiet {
             println!("{note}");

@@ -10,7 +10,7 @@ use clap::Args;
 use fa4_spec::{Arch, KernelSpec, TileConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::{check_build, load_nvrtc, parse_list, CliError, CliResult, SpecArgs};
+use super::{check_build, compile_pool, load_nvrtc, parse_list, CliError, CliResult, SpecArgs};
 use crate::compile::{self, BuildDir, BuildSummary, Reporter};
 use crate::db::{Device, Outcome, TuningDb};
 use crate::gpu::Gpu;
@@ -112,13 +112,8 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
     let dir = BuildDir::new(&a.build_dir);
     crate::fsutil::ensure_writable_dir(dir.root())?;
     let nvrtc = load_nvrtc(quiet)?;
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let pool = compile_pool(a.jobs)?;
+    let jobs = pool.current_num_threads();
     let support = match &gpu {
         Some(gpu) => {
             let path = verify::build_support(&nvrtc, renderer.templates(), &dir, arch)
