@@ -122,6 +122,11 @@ pub enum Outcome {
         /// is their median); empty with one pass.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         settled_passes: Vec<f64>,
+        /// The timed kernel's machine-code identity (`compile::code::code_hash`): a
+        /// template edit that leaves it unchanged leaves this timing valid. Empty in
+        /// records written before it was kept.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        code_hash: String,
     },
     /// Wrong output, a compile failure, a launch error: kept as data, never a winner.
     Failed { error: String },
@@ -659,6 +664,7 @@ mod tests {
                             registers: 200,
                             settled_ms: None,
                             settled_passes: Vec::new(),
+                            code_hash: format!("c{i}"),
                         },
                         None => Outcome::Failed {
                             error: "O relative L2 error 1e-1".into(),
@@ -776,7 +782,24 @@ mod tests {
             r#"{"measured":{"ms":1.25,"spread":0.02,"tflops":300.0,"registers":240}}"#,
         )
         .unwrap();
-        assert!(matches!(outcome, Outcome::Measured { ms, settled_ms: None, .. } if ms == 1.25));
+        assert!(
+            matches!(&outcome, Outcome::Measured { ms, settled_ms: None, code_hash, .. } if *ms == 1.25 && code_hash.is_empty())
+        );
+        // The timed kernel's code hash is written where known, and read back.
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(text.matches("\"code_hash\":\"c").count(), 2, "{text}");
+        assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r);
+        let unknown = serde_json::to_string(&Outcome::Measured {
+            ms: 1.0,
+            spread: 0.0,
+            tflops: 1.0,
+            registers: 1,
+            settled_ms: None,
+            settled_passes: Vec::new(),
+            code_hash: String::new(),
+        })
+        .unwrap();
+        assert!(!unknown.contains("code_hash"), "{unknown}");
         // A settled time is written, and read back.
         let settled = settle(r, &[Some(1.9), Some(1.4), None]);
         let text = serde_json::to_string(&settled).unwrap();

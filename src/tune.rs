@@ -394,6 +394,7 @@ pub fn tune_spec(
                             registers: kernel.built.resources.registers,
                             settled_ms: None,
                             settled_passes: Vec::new(),
+                            code_hash: kernel.built.code_hash.clone(),
                         }
                     }
                     Err(why) => {
@@ -802,21 +803,25 @@ mod tests {
             .into_iter()
             .filter_map(|p| p.verdict.clone().ok().map(|fp| (p, fp)))
             .take(n)
-            .map(|(p, footprint)| TuneKernel {
-                built: BuiltKernel {
-                    id: KernelId(format!("k_{}", p.candidate.config.tag())),
-                    is_default: p.is_default,
-                    candidate: p.candidate,
-                    template_hash: "h1".into(),
-                    footprint,
-                    resources: Resources::default(),
-                    source: String::new(),
-                    cubin: String::new(),
-                    cubin_hash: String::new(),
-                    nvrtc_version: "13.0".into(),
-                    compile_ms: 0,
-                },
-                cubin: Vec::new(),
+            .map(|(p, footprint)| {
+                let tag = p.candidate.config.tag();
+                TuneKernel {
+                    built: BuiltKernel {
+                        id: KernelId(format!("k_{tag}")),
+                        is_default: p.is_default,
+                        candidate: p.candidate,
+                        template_hash: "h1".into(),
+                        footprint,
+                        resources: Resources::default(),
+                        source: String::new(),
+                        cubin: String::new(),
+                        cubin_hash: String::new(),
+                        code_hash: format!("code_{}", tag),
+                        nvrtc_version: "13.0".into(),
+                        compile_ms: 0,
+                    },
+                    cubin: Vec::new(),
+                }
             })
             .collect()
     }
@@ -1000,6 +1005,12 @@ mod tests {
             assert!(
                 matches!(&r.candidates[2].outcome, Outcome::Failed { error } if error.contains("wrong output"))
             );
+            // Each timing names the machine code it timed.
+            for (c, k) in r.candidates.iter().zip(&ks) {
+                if let Outcome::Measured { code_hash, .. } = &c.outcome {
+                    assert_eq!(code_hash, &k.built.code_hash);
+                }
+            }
             let (winner, _) = r.winner().unwrap();
             assert_eq!(
                 winner.kernel, ks[0].built.id.0,

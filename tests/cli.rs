@@ -343,6 +343,7 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
                 registers: 240,
                 settled_ms: None,
                 settled_passes: Vec::new(),
+                code_hash: "0123456789abcdef".into(),
             },
         }],
     };

@@ -276,11 +276,34 @@ fn an_edited_header_replaces_stale_kernels() {
     templates.insert("include/fa4/common/mask.cuh", mask + "\n// an edit\n");
     let new = Renderer::new(templates).unwrap();
     let second = compile::build(&nvrtc, &new, &build, &planned, &Silent).unwrap();
-    let new_kernel = second.built().next().unwrap();
+    let new_kernel = second.built().next().unwrap().clone();
     assert_ne!(new_kernel.id, old_kernel.id);
     assert_eq!(
         second.compiled, 1,
         "a changed header is never served from cache"
+    );
+    // A comment renames the kernel but leaves its machine code: the code hash holds,
+    // though the cubins differ (their line tables and embedded PTX follow the source).
+    assert_eq!(new_kernel.code_hash.len(), 16, "{new_kernel:?}");
+    assert_eq!(new_kernel.code_hash, old_kernel.code_hash);
+    // Another kernel (another head dim) has other code.
+    let other_spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+    let other: Vec<_> = space::plan(Template::Portable, &other_spec)
+        .into_iter()
+        .filter(|p| p.is_default)
+        .collect();
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = compile::build(
+        &nvrtc,
+        &new,
+        &BuildDir::new(other_dir.path()),
+        &other,
+        &Silent,
+    )
+    .unwrap();
+    assert_ne!(
+        other.built().next().unwrap().code_hash,
+        new_kernel.code_hash
     );
 
     let report = build.load_report(Arch::Sm90).unwrap().unwrap();
@@ -289,6 +312,24 @@ fn an_edited_header_replaces_stale_kernels() {
     assert!(
         !build.path(&old_kernel.cubin).exists(),
         "stale cubin removed"
+    );
+
+    // A report written before code hashes were kept: the kernel is reused as it is, and
+    // its code hash read from its cubin.
+    let path = build.root().join("report/sm90.json");
+    let mut report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    report["kernels"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("code_hash")
+        .unwrap();
+    std::fs::write(&path, report.to_string()).unwrap();
+    let third = compile::build(&nvrtc, &new, &build, &planned, &Silent).unwrap();
+    assert_eq!(third.compiled, 0, "reused, not compiled");
+    assert_eq!(
+        third.built().next().unwrap().code_hash,
+        new_kernel.code_hash
     );
 }
 

@@ -13,6 +13,7 @@
 //! file that looks complete and is not. A kernel whose id, cubin and report entry are
 //! already there is not compiled again.
 
+pub mod code;
 pub mod nvrtc;
 pub mod resources;
 pub mod sass;
@@ -157,6 +158,11 @@ pub struct BuiltKernel {
     pub cubin: String,
     /// FNV-1a 64 of the cubin, hex.
     pub cubin_hash: String,
+    /// The machine code's identity ([`code::code_hash`]): equal across template edits
+    /// that leave the kernel's instructions and resources alone; empty in reports
+    /// written before it existed.
+    #[serde(default)]
+    pub code_hash: String,
     pub nvrtc_version: String,
     pub compile_ms: u64,
 }
@@ -270,11 +276,18 @@ pub fn build(
             Ok(footprint) => {
                 let report = &reports[&p.candidate.spec.arch];
                 let existing = report.kernels.iter().find(|k| k.id == id);
-                match existing {
-                    Some(k) if dir.read_cubin(k).is_ok() => {
+                match existing.map(|k| (k, dir.read_cubin(k))) {
+                    Some((k, Ok(cubin))) => {
+                        // A report written before code hashes existed gets one now.
+                        let code_hash = if k.code_hash.is_empty() {
+                            code::code_hash(&cubin, &k.resources).unwrap_or_default()
+                        } else {
+                            k.code_hash.clone()
+                        };
                         outcomes[i] = Some(Outcome::Built {
                             kernel: BuiltKernel {
                                 is_default: p.is_default,
+                                code_hash,
                                 ..k.clone()
                             },
                             reused: true,
@@ -409,6 +422,7 @@ fn compile_one(
         return Ok((reject(RejectKind::Spills, reason), None));
     }
     write_atomic(&cubin_path, &output.cubin)?;
+    let code_hash = code::code_hash(&output.cubin, &resources).unwrap_or_default();
     let kernel = BuiltKernel {
         id: id.clone(),
         candidate: c.clone(),
@@ -419,6 +433,7 @@ fn compile_one(
         source: source_rel,
         cubin: cubin_rel,
         cubin_hash: format!("{:016x}", fnv1a64(&output.cubin)),
+        code_hash,
         nvrtc_version: nvrtc.version_string(),
         compile_ms,
     };
