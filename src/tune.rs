@@ -289,6 +289,9 @@ pub struct Counts {
     pub timed: usize,
     pub time_failed: usize,
     pub skipped: usize,
+    /// Screening timings kept from a record of another template version, where this
+    /// build's kernel has the same machine code as the one timed there.
+    pub carried: usize,
     /// Finalists re-timed after settling (a failed one counts in `time_failed`).
     pub finals: usize,
 }
@@ -300,6 +303,7 @@ impl std::ops::AddAssign for Counts {
         self.timed += o.timed;
         self.time_failed += o.time_failed;
         self.skipped += o.skipped;
+        self.carried += o.carried;
         self.finals += o.finals;
     }
 }
@@ -329,8 +333,15 @@ pub fn tune_spec(
     // The records of this spec's keys: current ones resume, stale or missing ones
     // start empty.
     let mut records: Vec<Record> = Vec::new();
+    let mut carried: Vec<Vec<Candidate>> = Vec::new();
     for key in keys {
         records.push(current_record(
+            session.db,
+            &session.device,
+            session.template_hash,
+            key,
+        )?);
+        carried.push(stale_timings(
             session.db,
             &session.device,
             session.template_hash,
@@ -361,9 +372,34 @@ pub fn tune_spec(
     progress.planned(pending + finals_planned);
 
     for kernel in kernels {
-        let todo: Vec<usize> = (0..records.len())
+        let mut todo: Vec<usize> = Vec::new();
+        let pending: Vec<usize> = (0..records.len())
             .filter(|&i| !measured(&records[i], kernel))
             .collect();
+        for i in pending {
+            // The same machine code was screened under another template version: its
+            // screening timing stands (the finals are taken again in this run).
+            let Some(outcome) = carried_outcome(&carried[i], kernel) else {
+                todo.push(i);
+                continue;
+            };
+            counts.carried += 1;
+            let record = &mut records[i];
+            record.candidates.push(Candidate {
+                config: kernel.built.candidate.config.clone(),
+                kernel: kernel.built.id.0.clone(),
+                outcome: outcome.clone(),
+            });
+            record.date = crate::timestamp::utc_now();
+            session.db.put(record)?;
+            let key = Key {
+                template: record.template,
+                spec: record.spec,
+                bucket: record.bucket,
+            };
+            let best = record.winner().map(|(c, ms)| (c.config.tag(), ms));
+            progress.measured(&key, kernel, &outcome, best);
+        }
         if todo.is_empty() {
             continue;
         }
@@ -516,6 +552,61 @@ fn current_record(
             date: crate::timestamp::utc_now(),
             candidates: Vec::new(),
         },
+    })
+}
+
+/// The screening timings of `key`'s stored record where it was measured with another
+/// template version, those that name the machine code they timed; none otherwise.
+fn stale_timings(
+    db: &TuningDb,
+    device: &Device,
+    template_hash: &dyn Fn(Template) -> String,
+    key: &Key,
+) -> Result<Vec<Candidate>, TuneError> {
+    let stored = db.get(&crate::db::record_key(
+        key.template,
+        &key.spec,
+        key.bucket,
+        device,
+    ))?;
+    Ok(match stored {
+        Some(r) if r.template_hash != template_hash(key.template) => r
+            .candidates
+            .into_iter()
+            .filter(|c| matches!(&c.outcome, Outcome::Measured { code_hash, .. } if !code_hash.is_empty()))
+            .collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// `kernel`'s screening outcome carried from `stale` (a record of another template
+/// version): the timing of the same config whose machine code `kernel` repeats, with its
+/// finals dropped (finalists are re-timed side by side in this run).
+fn carried_outcome(stale: &[Candidate], kernel: &TuneKernel) -> Option<Outcome> {
+    let code = &kernel.built.code_hash;
+    if code.is_empty() {
+        return None;
+    }
+    stale.iter().find_map(|c| match &c.outcome {
+        Outcome::Measured {
+            ms,
+            spread,
+            tflops,
+            registers,
+            code_hash,
+            ..
+        } if c.config == kernel.built.candidate.config && code_hash == code => {
+            Some(Outcome::Measured {
+                ms: *ms,
+                spread: *spread,
+                tflops: *tflops,
+                registers: *registers,
+                settled_ms: None,
+                settled_passes: Vec::new(),
+                code_hash: code.clone(),
+            })
+        }
+        _ => None,
     })
 }
 
@@ -1048,15 +1139,79 @@ mod tests {
             (0, 0, 0, 0, 3),
             "nothing at all is measured again, finals included"
         );
-        // Another template version: the stale record is replaced whole, not extended.
-        let mut fresh = Scripted::new(&ks, None, Duration::ZERO);
-        run(&db, "h2", &keys, &ks, &mut fresh, &Silent);
+        // Another template version that changed every kernel's code: the stale record is
+        // replaced whole, not extended.
+        let recoded = renamed(&ks, "h2", &[0, 1, 2]);
+        let mut fresh = Scripted::new(&recoded, None, Duration::ZERO);
+        let (counts, _) = run(&db, "h2", &keys, &recoded, &mut fresh, &Silent);
         assert_eq!(
-            (fresh.timings.get(), fresh.finals()),
-            (3, 3 * SHORT_KEY_PASSES)
+            (fresh.timings.get(), fresh.finals(), counts.carried),
+            (3, 3 * SHORT_KEY_PASSES, 0)
         );
         let r = &db.records().unwrap()[0];
         assert_eq!((r.template_hash.as_str(), r.candidates.len()), ("h2", 3));
+    }
+
+    /// `ks` as another template version builds them: new ids, and new machine code for
+    /// the kernels at `recoded`.
+    fn renamed(ks: &[TuneKernel], version: &str, recoded: &[usize]) -> Vec<TuneKernel> {
+        ks.iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let mut built = k.built.clone();
+                built.id = KernelId(format!("{}_{version}", built.id.0));
+                if recoded.contains(&i) {
+                    built.code_hash = format!("{}_{version}", built.code_hash);
+                }
+                TuneKernel {
+                    built,
+                    cubin: k.cubin.clone(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_new_template_keeps_the_screening_of_unchanged_machine_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let ks = kernels(4);
+        let keys = keys(&[1024, 8192]);
+        let mut m = Scripted::new(&ks, Some(3), Duration::ZERO);
+        run(&db, "h1", &keys, &ks, &mut m, &Silent);
+        // The next version renames every kernel and changes kernel 1's code only.
+        let next = renamed(&ks, "h2", &[1]);
+        let mut again = Scripted::new(&next, Some(3), Duration::ZERO);
+        let (counts, _) = run(&db, "h2", &keys, &next, &mut again, &Silent);
+        assert_eq!(counts.carried, 2 * 2, "kernels 0 and 2 at both keys");
+        assert_eq!(
+            (again.checks.get(), again.timings.get()),
+            (2, 2),
+            "kernel 1 is checked and timed at both keys, kernel 3 (wrong before) checked again"
+        );
+        assert_eq!(
+            again.finals(),
+            3 * SHORT_KEY_PASSES + 3,
+            "the finals are taken again, side by side"
+        );
+        for r in db.records().unwrap() {
+            assert_eq!(r.template_hash, "h2");
+            let ids: Vec<&str> = r.candidates.iter().map(|c| c.kernel.as_str()).collect();
+            assert_eq!(
+                ids,
+                next.iter()
+                    .map(|k| k.built.id.0.as_str())
+                    .collect::<Vec<_>>()
+            );
+            // A carried timing keeps its screening time and names the code it timed.
+            let old = 0.5 * r.bucket.seqlen as f64 / 1024.0; // kernel 2's, in the first run
+            assert!(matches!(
+                &r.candidates[2].outcome,
+                Outcome::Measured { ms, code_hash, settled_ms: Some(_), .. }
+                    if *ms == old && code_hash == &ks[2].built.code_hash
+            ));
+            assert!(matches!(&r.candidates[3].outcome, Outcome::Failed { .. }));
+        }
     }
 
     #[test]

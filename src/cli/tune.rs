@@ -313,6 +313,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
                 "time_failed": totals.time_failed,
                 "finals": totals.finals,
                 "already_measured": totals.skipped,
+                "carried": totals.carried,
             },
             "wall_seconds": wall.as_secs_f64(),
             "gpu_busy_share": busy_share,
@@ -351,7 +352,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
     let gains: Vec<f64> = rows.iter().filter_map(|r| r.speedup).collect();
     let geomean = (gains.iter().map(|g| g.ln()).sum::<f64>() / gains.len().max(1) as f64).exp();
     println!(
-        "{} keys on {} into {}: winners {geomean:.3}x the defaults (geomean); {} checked ({} wrong), {} timed ({} failed), {} finalists re-timed, {} already measured",
+        "{} keys on {} into {}: winners {geomean:.3}x the defaults (geomean); {} checked ({} wrong), {} timed ({} failed), {} finalists re-timed, {} already measured, {} kept from another template version (same machine code)",
         rows.len(),
         device.name,
         db_path.display(),
@@ -360,7 +361,8 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         totals.timed,
         totals.time_failed,
         totals.finals,
-        totals.skipped
+        totals.skipped,
+        totals.carried
     );
     println!(
         "wall {:.1} s, GPU busy {:.0}% of it; {compiled} kernels compiled at {per_core:.2} kernels/s per core ({jobs} cores)",
