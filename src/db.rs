@@ -534,6 +534,35 @@ impl TuningDb {
         Ok(summary)
     }
 
+    /// Fills in the code hash of timings recorded without one, from `code_of(kernel id)`
+    /// (a build of the same templates: kernel ids name their template version, so only
+    /// the timings of that version match). Returns (timings stamped, records rewritten).
+    pub fn stamp_code_hashes(
+        &self,
+        code_of: impl Fn(&str) -> Option<String>,
+    ) -> Result<(usize, usize), DbError> {
+        let (mut stamped, mut rewritten) = (0, 0);
+        for mut record in self.records()? {
+            let mut changed = false;
+            for c in &mut record.candidates {
+                if let Outcome::Measured { code_hash, .. } = &mut c.outcome {
+                    if code_hash.is_empty() {
+                        if let Some(h) = code_of(&c.kernel).filter(|h| !h.is_empty()) {
+                            *code_hash = h;
+                            stamped += 1;
+                            changed = true;
+                        }
+                    }
+                }
+            }
+            if changed {
+                self.put(&record)?;
+                rewritten += 1;
+            }
+        }
+        Ok((stamped, rewritten))
+    }
+
     /// Removes the records measured with other template versions than the current ones
     /// (`current(template)` gives a template's hash); returns their keys.
     pub fn gc(
@@ -825,6 +854,45 @@ mod tests {
         assert_eq!(r.winner().unwrap().0.kernel, "k2");
         let failed = record(&[None, None], 4096, "H200");
         assert!(failed.winner().is_none(), "a failed candidate never wins");
+    }
+
+    #[test]
+    fn timings_without_a_code_hash_are_stamped_from_a_build() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let mut r = record(&[Some(2.0), Some(1.0), None, Some(3.0)], 4096, "H200");
+        // Timed before code hashes were kept, but for candidate 3.
+        for c in &mut r.candidates[..3] {
+            if let Outcome::Measured { code_hash, .. } = &mut c.outcome {
+                code_hash.clear();
+            }
+        }
+        db.put(&r).unwrap();
+        let build: BTreeMap<&str, &str> = [("k0", "aaaa"), ("k2", "cccc"), ("k3", "dddd")].into();
+        let code_of = |id: &str| build.get(id).map(|h| h.to_string());
+        assert_eq!(db.stamp_code_hashes(code_of).unwrap(), (1, 1));
+        let codes: Vec<Option<String>> = db
+            .get(&r.key())
+            .unwrap()
+            .unwrap()
+            .candidates
+            .iter()
+            .map(|c| match &c.outcome {
+                Outcome::Measured { code_hash, .. } => Some(code_hash.clone()),
+                Outcome::Failed { .. } => None,
+            })
+            .collect();
+        // k1 is not in the build, k2 failed (no timing), k3 keeps the hash it had.
+        assert_eq!(
+            codes,
+            [
+                Some("aaaa".into()),
+                Some(String::new()),
+                None,
+                Some("c3".into())
+            ]
+        );
+        assert_eq!(db.stamp_code_hashes(code_of).unwrap(), (0, 0), "idempotent");
     }
 
     #[test]

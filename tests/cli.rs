@@ -298,13 +298,12 @@ fn render_writes_sources_that_name_themselves() {
 
 /// The tuning database from the command line: a record imported from an export shows
 /// and exports back byte for byte; a folder that is not a database is refused untouched.
-#[test]
-fn db_round_trips_an_export_and_refuses_foreign_folders() {
-    use fa4_gen::db::{export_json, Bucket, Candidate, Device, Outcome, Record, TimingPolicy};
+/// One hand-made record: the portable template's d64 causal key at 4096 tokens, one
+/// candidate timed at 1.25 ms as `kernel`, whose machine code is `code_hash`.
+fn hand_record(kernel: &str, code_hash: &str) -> fa4_gen::db::Record {
+    use fa4_gen::db::{Bucket, Candidate, Device, Outcome, Record, TimingPolicy};
     use fa4_gen::spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
-
-    let dir = tempfile::tempdir().unwrap();
-    let record = Record {
+    Record {
         template: fa4_gen::space::Template::Portable,
         spec: KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal),
         bucket: Bucket::of(4096),
@@ -335,7 +334,7 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
                 stages: 1,
                 switches: Default::default(),
             },
-            kernel: "portable_x".into(),
+            kernel: kernel.into(),
             outcome: Outcome::Measured {
                 ms: 1.25,
                 spread: 0.02,
@@ -343,10 +342,100 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
                 registers: 240,
                 settled_ms: None,
                 settled_passes: Vec::new(),
-                code_hash: "0123456789abcdef".into(),
+                code_hash: code_hash.into(),
             },
         }],
+    }
+}
+
+/// Timings recorded without a code hash take their kernel's from a build of the same
+/// templates; a folder with no build report is a usage error that says what to run.
+#[test]
+fn db_stamps_code_hashes_from_a_build() {
+    use fa4_gen::db::export_json;
+
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    let build_arg = build.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = fa4_gen(dir.path(), args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        stdout(&out)
     };
+    run(&[
+        "compile",
+        "--arch",
+        "sm90",
+        "--head-dim",
+        "64",
+        "--dtype",
+        "bf16",
+        "--mask",
+        "causal",
+        "--template",
+        "portable",
+        "--default-only",
+        "--out",
+        build_arg,
+        "-q",
+    ]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(build.join("report/sm90.json")).unwrap())
+            .unwrap();
+    let built = &report["kernels"][0];
+    let (id, code) = (
+        built["id"].as_str().unwrap(),
+        built["code_hash"].as_str().unwrap(),
+    );
+    assert_eq!(code.len(), 16, "{built}");
+    // Two records timed before code hashes were kept: one of the built kernel, one of a
+    // kernel the build does not have.
+    let mut other = hand_record("portable_elsewhere", "");
+    other.bucket = fa4_gen::db::Bucket::of(8192);
+    let export = dir.path().join("in.json");
+    std::fs::write(&export, export_json(&[hand_record(id, ""), other])).unwrap();
+    let db = dir.path().join("db");
+    let db_arg = db.to_str().unwrap();
+    run(&["db", "import", export.to_str().unwrap(), "--db", db_arg]);
+    let said = run(&["db", "stamp-code", "--build", build_arg, "--db", db_arg]);
+    assert!(said.starts_with("1 timings in 1 records"), "{said}");
+    let back = dir.path().join("out.json");
+    run(&[
+        "db",
+        "export",
+        "--out",
+        back.to_str().unwrap(),
+        "--db",
+        db_arg,
+    ]);
+    let back = std::fs::read_to_string(&back).unwrap();
+    assert_eq!(back.matches("\"code_hash\"").count(), 1, "{back}");
+    assert!(
+        back.contains(&format!("\"code_hash\": \"{code}\"")),
+        "{back}"
+    );
+
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "db",
+            "stamp-code",
+            "--build",
+            dir.path().to_str().unwrap(),
+            "--db",
+            db_arg,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no build report"), "{}", stderr(&out));
+}
+
+#[test]
+fn db_round_trips_an_export_and_refuses_foreign_folders() {
+    use fa4_gen::db::export_json;
+
+    let dir = tempfile::tempdir().unwrap();
+    let record = hand_record("portable_x", "0123456789abcdef");
     let export = dir.path().join("in.json");
     std::fs::write(&export, export_json(std::slice::from_ref(&record))).unwrap();
     let db = dir.path().join("db");

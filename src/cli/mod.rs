@@ -100,6 +100,14 @@ pub enum DbAction {
     Merge { other: PathBuf },
     /// Remove the records measured with other template versions than these.
     Gc,
+    /// Give timings recorded without a code hash the one of their kernel in a build of
+    /// the same templates (`fa4-gen compile --out BUILD`), so that the next template edit
+    /// keeps the timings of the kernels it leaves alone.
+    StampCode {
+        /// Build folder whose reports name the kernels.
+        #[arg(long)]
+        build: PathBuf,
+    },
 }
 
 /// Which kernel specs to work on; every list is comma separated.
@@ -1484,6 +1492,32 @@ fn db_cmd(a: DbArgs) -> CliResult {
             }
             let incoming = TuningDb::open(&other)?.records()?;
             report_merge(&a.db, db.merge_records(incoming)?);
+        }
+        DbAction::StampCode { build } => {
+            let dir = BuildDir::new(&build);
+            let mut code: BTreeMap<String, String> = BTreeMap::new();
+            for arch in Arch::ALL {
+                for k in dir
+                    .load_report(arch)?
+                    .map(|r| r.kernels)
+                    .unwrap_or_default()
+                {
+                    code.insert(k.id.0, k.code_hash);
+                }
+            }
+            if code.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "{}: no build report; run `fa4-gen compile --out {}` first",
+                    build.display(),
+                    build.display()
+                )));
+            }
+            let (stamped, rewritten) = db.stamp_code_hashes(|id| code.get(id).cloned())?;
+            println!(
+                "{stamped} timings in {rewritten} records given their kernel's code hash from {} ({} kernels built there)",
+                build.display(),
+                code.len()
+            );
         }
         DbAction::Gc => {
             let renderer = Renderer::embedded()?;
