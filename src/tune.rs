@@ -371,35 +371,30 @@ pub fn tune_spec(
     let finals_planned = finals_to_take(&records);
     progress.planned(pending + finals_planned);
 
-    for kernel in kernels {
-        let mut todo: Vec<usize> = Vec::new();
-        let pending: Vec<usize> = (0..records.len())
-            .filter(|&i| !measured(&records[i], kernel))
-            .collect();
-        for i in pending {
-            // The same machine code was screened under another template version: its
-            // screening timing stands (the finals are taken again in this run).
-            let Some(outcome) = carried_outcome(&carried[i], kernel) else {
-                todo.push(i);
-                continue;
-            };
-            counts.carried += 1;
-            let record = &mut records[i];
-            record.candidates.push(Candidate {
-                config: kernel.built.candidate.config.clone(),
-                kernel: kernel.built.id.0.clone(),
-                outcome: outcome.clone(),
-            });
-            record.date = crate::timestamp::utc_now();
-            session.db.put(record)?;
-            let key = Key {
-                template: record.template,
-                spec: record.spec,
-                bucket: record.bucket,
-            };
-            let best = record.winner().map(|(c, ms)| (c.config.tag(), ms));
-            progress.measured(&key, kernel, &outcome, best);
+    for (n, kernel) in kernels.iter().enumerate() {
+        // Timings carried from another template version go in at once, once the default
+        // (candidate 0) has its place: the first write replaces the stale record they
+        // come from, so a run stopped by its budget must not leave any behind.
+        if n == 1 {
+            for later in &kernels[1..] {
+                carry(
+                    session,
+                    &mut records,
+                    &carried,
+                    later,
+                    &mut counts,
+                    progress,
+                )?;
+            }
         }
+        let todo = carry(
+            session,
+            &mut records,
+            &carried,
+            kernel,
+            &mut counts,
+            progress,
+        )?;
         if todo.is_empty() {
             continue;
         }
@@ -553,6 +548,48 @@ fn current_record(
             candidates: Vec::new(),
         },
     })
+}
+
+/// Writes `kernel`'s timings carried from another template version ([`carried_outcome`])
+/// into the records that lack it; returns the indices of those still to measure.
+fn carry(
+    session: &Session,
+    records: &mut [Record],
+    carried: &[Vec<Candidate>],
+    kernel: &TuneKernel,
+    counts: &mut Counts,
+    progress: &dyn Progress,
+) -> Result<Vec<usize>, TuneError> {
+    let mut todo = Vec::new();
+    for (i, record) in records.iter_mut().enumerate() {
+        if record
+            .candidates
+            .iter()
+            .any(|c| c.kernel == kernel.built.id.0)
+        {
+            continue;
+        }
+        let Some(outcome) = carried_outcome(&carried[i], kernel) else {
+            todo.push(i);
+            continue;
+        };
+        counts.carried += 1;
+        record.candidates.push(Candidate {
+            config: kernel.built.candidate.config.clone(),
+            kernel: kernel.built.id.0.clone(),
+            outcome: outcome.clone(),
+        });
+        record.date = crate::timestamp::utc_now();
+        session.db.put(record)?;
+        let key = Key {
+            template: record.template,
+            spec: record.spec,
+            bucket: record.bucket,
+        };
+        let best = record.winner().map(|(c, ms)| (c.config.tag(), ms));
+        progress.measured(&key, kernel, &outcome, best);
+    }
+    Ok(todo)
 }
 
 /// The screening timings of `key`'s stored record where it was measured with another
@@ -1172,6 +1209,45 @@ mod tests {
     }
 
     #[test]
+    fn a_run_stopped_early_leaves_no_carried_timing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let ks = kernels(4);
+        let keys = keys(&[1024, 8192]);
+        run(
+            &db,
+            "h1",
+            &keys,
+            &ks,
+            &mut Scripted::new(&ks, None, Duration::ZERO),
+            &Silent,
+        );
+        // A new version changes kernel 1 only, and its first run has no time at all:
+        // it measures nothing, but every timing that stands is carried before it stops.
+        let next = renamed(&ks, "h2", &[1]);
+        let h2 = |_: Template| "h2".to_string();
+        let session = Session {
+            db: &db,
+            device: device(),
+            template_hash: &h2,
+            deadline: Some(Instant::now()),
+        };
+        let mut m = Scripted::new(&next, None, Duration::ZERO);
+        let (counts, stopped) = tune_spec(&session, &keys, &next, &mut m, &Silent).unwrap();
+        assert!(stopped);
+        assert_eq!((counts.carried, m.timings.get()), (3 * 2, 0));
+        // The next run times kernel 1 alone.
+        let mut rest = Scripted::new(&next, None, Duration::ZERO);
+        let (counts, _) = run(&db, "h2", &keys, &next, &mut rest, &Silent);
+        assert_eq!((counts.carried, rest.timings.get()), (0, 2));
+        assert!(db
+            .records()
+            .unwrap()
+            .iter()
+            .all(|r| r.candidates.len() == 4));
+    }
+
+    #[test]
     fn a_new_template_keeps_the_screening_of_unchanged_machine_code() {
         let dir = tempfile::tempdir().unwrap();
         let db = TuningDb::open(&dir.path().join("db")).unwrap();
@@ -1196,17 +1272,14 @@ mod tests {
         );
         for r in db.records().unwrap() {
             assert_eq!(r.template_hash, "h2");
+            // The default first; the carried timings next, then the ones taken now.
             let ids: Vec<&str> = r.candidates.iter().map(|c| c.kernel.as_str()).collect();
-            assert_eq!(
-                ids,
-                next.iter()
-                    .map(|k| k.built.id.0.as_str())
-                    .collect::<Vec<_>>()
-            );
+            let id = |i: usize| next[i].built.id.0.as_str();
+            assert_eq!(ids, [id(0), id(2), id(1), id(3)]);
             // A carried timing keeps its screening time and names the code it timed.
             let old = 0.5 * r.bucket.seqlen as f64 / 1024.0; // kernel 2's, in the first run
             assert!(matches!(
-                &r.candidates[2].outcome,
+                &r.candidates[1].outcome,
                 Outcome::Measured { ms, code_hash, settled_ms: Some(_), .. }
                     if *ms == old && code_hash == &ks[2].built.code_hash
             ));
