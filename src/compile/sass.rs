@@ -107,19 +107,13 @@ pub fn main_loop(sass: &str) -> Option<LoopCensus> {
             labels.insert(label, ops.len());
             continue;
         }
-        // `/*0c40*/  @!P0 BRA `(.L_x_6) ;`
-        let Some(rest) = line.strip_prefix("/*").and_then(|r| r.split_once("*/")) else {
+        let Some((predicated, text)) = instruction(line) else {
             continue;
-        };
-        let text = rest.1.trim().trim_end_matches(';').trim();
-        let text = match text.split_once(' ') {
-            Some((pred, rest)) if pred.starts_with('@') => rest.trim(),
-            _ => text,
         };
         let Some(op) = text.split_whitespace().next() else {
             continue;
         };
-        if op == "EXIT" && !text.starts_with('@') {
+        if op == "EXIT" && !predicated {
             last_exit = Some(ops.len());
         }
         ops.push(op.split('.').next().unwrap_or(op));
@@ -163,19 +157,22 @@ fn is_local(op: &str) -> bool {
     op == "LDL" || op == "STL"
 }
 
+/// An instruction line of `nvdisasm -c` (`/*0c40*/  @!P0 BRA `(.L_x_6) ;`): whether it is
+/// predicated, and its text from the mnemonic on, without the predicate and the `;`.
+fn instruction(line: &str) -> Option<(bool, &str)> {
+    let (_, text) = line.trim().strip_prefix("/*")?.split_once("*/")?;
+    let text = text.trim().trim_end_matches(';').trim();
+    Some(match text.split_once(' ') {
+        Some((pred, rest)) if pred.starts_with('@') => (true, rest.trim()),
+        _ => (false, text),
+    })
+}
+
 /// Local-memory loads and stores (LDL / STL) anywhere in `sass`: where ptxas spilled, and
 /// how often the spills are touched outside the main loop too.
 pub fn local_accesses(sass: &str) -> u32 {
     sass.lines()
-        .filter_map(|line| line.trim().strip_prefix("/*")?.split_once("*/"))
-        .filter_map(|(_, text)| {
-            let text = text.trim();
-            let text = match text.split_once(' ') {
-                Some((pred, rest)) if pred.starts_with('@') => rest.trim(),
-                _ => text,
-            };
-            text.split_whitespace().next()
-        })
+        .filter_map(|line| instruction(line)?.1.split_whitespace().next())
         .filter(|op| is_local(op.split('.').next().unwrap_or(op)))
         .count() as u32
 }
