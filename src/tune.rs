@@ -127,6 +127,17 @@ pub struct Key {
     pub bucket: Bucket,
 }
 
+impl Key {
+    /// The key `record` is measured under.
+    pub fn of(record: &Record) -> Key {
+        Key {
+            template: record.template,
+            spec: record.spec,
+            bucket: record.bucket,
+        }
+    }
+}
+
 /// Every key of `specs` x `buckets`, sorted, and the `index`-th of `count` shards of
 /// them (round robin, so every shard gets short and long buckets).
 pub fn shard_keys(
@@ -335,18 +346,9 @@ pub fn tune_spec(
     let mut records: Vec<Record> = Vec::new();
     let mut carried: Vec<Vec<Candidate>> = Vec::new();
     for key in keys {
-        records.push(current_record(
-            session.db,
-            &session.device,
-            session.template_hash,
-            key,
-        )?);
-        carried.push(stale_timings(
-            session.db,
-            &session.device,
-            session.template_hash,
-            key,
-        )?);
+        let (record, stale) = resumed(session.db, &session.device, session.template_hash, key)?;
+        records.push(record);
+        carried.push(stale);
     }
     let measured =
         |r: &Record, k: &TuneKernel| r.candidates.iter().any(|c| c.kernel == k.built.id.0);
@@ -434,22 +436,7 @@ pub fn tune_spec(
                     }
                 },
             };
-            let record = &mut records[i];
-            record.candidates.push(Candidate {
-                config: kernel.built.candidate.config.clone(),
-                kernel: kernel.built.id.0.clone(),
-                outcome: outcome.clone(),
-            });
-            record.date = crate::timestamp::utc_now();
-            // Written before the next measurement starts: a kill loses at most that one.
-            session.db.put(record)?;
-            let key = Key {
-                template: record.template,
-                spec: record.spec,
-                bucket: record.bucket,
-            };
-            let best = record.winner().map(|(c, ms)| (c.config.tag(), ms));
-            progress.measured(&key, kernel, &outcome, best);
+            add_screened(session, &mut records[i], kernel, outcome, progress)?;
         }
     }
 
@@ -460,11 +447,7 @@ pub fn tune_spec(
     // finalist short of its passes (never timed, or a timing failed) is timed on every
     // run until it has them; one whose timing fails sits out the rest of this run.
     for record in &mut records {
-        let key = Key {
-            template: record.template,
-            spec: record.spec,
-            bucket: record.bucket,
-        };
+        let key = Key::of(record);
         let chosen = finalists(record);
         let passes = final_passes(record);
         let mut warm = false; // this key's first finals timing of the run warms up longer
@@ -523,6 +506,18 @@ fn current_record(
     template_hash: &dyn Fn(Template) -> String,
     key: &Key,
 ) -> Result<Record, TuneError> {
+    Ok(resumed(db, device, template_hash, key)?.0)
+}
+
+/// [`current_record`], and the screening timings of a stored record of another template
+/// version that name the machine code they timed (for [`carried_outcome`]; none where the
+/// stored record is current or missing).
+fn resumed(
+    db: &TuningDb,
+    device: &Device,
+    template_hash: &dyn Fn(Template) -> String,
+    key: &Key,
+) -> Result<(Record, Vec<Candidate>), TuneError> {
     let hash = template_hash(key.template);
     let stored = db.get(&crate::db::record_key(
         key.template,
@@ -530,23 +525,32 @@ fn current_record(
         key.bucket,
         device,
     ))?;
+    let fresh = || Record {
+        template: key.template,
+        spec: key.spec,
+        bucket: key.bucket,
+        device: device.clone(),
+        template_hash: hash.clone(),
+        timing: timing_policy(),
+        date: crate::timestamp::utc_now(),
+        candidates: Vec::new(),
+    };
     Ok(match stored {
         Some(mut r) if r.template_hash == hash => {
             if r.timing.key_warmup_ms < KEY_WARMUP_MS {
                 r.candidates.iter_mut().for_each(|c| c.set_settled_ms(None));
             }
-            r
+            (r, Vec::new())
         }
-        _ => Record {
-            template: key.template,
-            spec: key.spec,
-            bucket: key.bucket,
-            device: device.clone(),
-            template_hash: hash,
-            timing: timing_policy(),
-            date: crate::timestamp::utc_now(),
-            candidates: Vec::new(),
-        },
+        Some(stale) => {
+            let timed = stale
+                .candidates
+                .into_iter()
+                .filter(|c| matches!(&c.outcome, Outcome::Measured { code_hash, .. } if !code_hash.is_empty()))
+                .collect();
+            (fresh(), timed)
+        }
+        None => (fresh(), Vec::new()),
     })
 }
 
@@ -574,46 +578,31 @@ fn carry(
             continue;
         };
         counts.carried += 1;
-        record.candidates.push(Candidate {
-            config: kernel.built.candidate.config.clone(),
-            kernel: kernel.built.id.0.clone(),
-            outcome: outcome.clone(),
-        });
-        record.date = crate::timestamp::utc_now();
-        session.db.put(record)?;
-        let key = Key {
-            template: record.template,
-            spec: record.spec,
-            bucket: record.bucket,
-        };
-        let best = record.winner().map(|(c, ms)| (c.config.tag(), ms));
-        progress.measured(&key, kernel, &outcome, best);
+        add_screened(session, record, kernel, outcome, progress)?;
     }
     Ok(todo)
 }
 
-/// The screening timings of `key`'s stored record where it was measured with another
-/// template version, those that name the machine code they timed; none otherwise.
-fn stale_timings(
-    db: &TuningDb,
-    device: &Device,
-    template_hash: &dyn Fn(Template) -> String,
-    key: &Key,
-) -> Result<Vec<Candidate>, TuneError> {
-    let stored = db.get(&crate::db::record_key(
-        key.template,
-        &key.spec,
-        key.bucket,
-        device,
-    ))?;
-    Ok(match stored {
-        Some(r) if r.template_hash != template_hash(key.template) => r
-            .candidates
-            .into_iter()
-            .filter(|c| matches!(&c.outcome, Outcome::Measured { code_hash, .. } if !code_hash.is_empty()))
-            .collect(),
-        _ => Vec::new(),
-    })
+/// Adds `kernel`'s screening outcome to `record` and writes the record before the next
+/// measurement starts (a kill loses at most that one).
+fn add_screened(
+    session: &Session,
+    record: &mut Record,
+    kernel: &TuneKernel,
+    outcome: Outcome,
+    progress: &dyn Progress,
+) -> Result<(), TuneError> {
+    record.candidates.push(Candidate {
+        config: kernel.built.candidate.config.clone(),
+        kernel: kernel.built.id.0.clone(),
+        outcome,
+    });
+    record.date = crate::timestamp::utc_now();
+    session.db.put(record)?;
+    let best = record.winner().map(|(c, ms)| (c.config.tag(), ms));
+    let outcome = &record.candidates.last().expect("just added").outcome;
+    progress.measured(&Key::of(record), kernel, outcome, best);
+    Ok(())
 }
 
 /// `kernel`'s screening outcome carried from `stale` (a record of another template
@@ -621,30 +610,16 @@ fn stale_timings(
 /// finals dropped (finalists are re-timed side by side in this run).
 fn carried_outcome(stale: &[Candidate], kernel: &TuneKernel) -> Option<Outcome> {
     let code = &kernel.built.code_hash;
-    if code.is_empty() {
-        return None;
-    }
-    stale.iter().find_map(|c| match &c.outcome {
-        Outcome::Measured {
-            ms,
-            spread,
-            tflops,
-            registers,
-            code_hash,
-            ..
-        } if c.config == kernel.built.candidate.config && code_hash == code => {
-            Some(Outcome::Measured {
-                ms: *ms,
-                spread: *spread,
-                tflops: *tflops,
-                registers: *registers,
-                settled_ms: None,
-                settled_passes: Vec::new(),
-                code_hash: code.clone(),
-            })
-        }
-        _ => None,
-    })
+    let mut c = stale
+        .iter()
+        .find(|c| {
+            !code.is_empty()
+                && c.config == kernel.built.candidate.config
+                && matches!(&c.outcome, Outcome::Measured { code_hash, .. } if code_hash == code)
+        })?
+        .clone();
+    c.set_settled_ms(None);
+    Some(c.outcome)
 }
 
 /// The configs a tune of `keys` (one spec's) still has to build and time: those some
