@@ -1,6 +1,6 @@
 //! The command line as a user meets it: listings, and one clear line for bad input.
 
-use crate::common::{fa4_gen, fa4_gen_env, stderr, stdout};
+use crate::common::{fa4_gen, fa4_gen_env, fa4_gen_ok, stderr, stdout};
 
 #[test]
 fn list_shows_every_spec_with_a_default() {
@@ -357,11 +357,7 @@ fn db_stamps_code_hashes_from_a_build() {
     let dir = tempfile::tempdir().unwrap();
     let build = dir.path().join("build");
     let build_arg = build.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let out = fa4_gen(dir.path(), args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        stdout(&out)
-    };
+    let run = |args: &[&str]| fa4_gen_ok(dir.path(), args);
     run(&[
         "compile",
         "--arch",
@@ -440,11 +436,7 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
     std::fs::write(&export, export_json(std::slice::from_ref(&record))).unwrap();
     let db = dir.path().join("db");
     let db_arg = db.to_str().unwrap();
-    let run = |args: &[&str]| {
-        let out = fa4_gen(dir.path(), args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        stdout(&out)
-    };
+    let run = |args: &[&str]| fa4_gen_ok(dir.path(), args);
     assert!(run(&["db", "import", export.to_str().unwrap(), "--db", db_arg]).contains("1 added"));
     let shown = run(&["db", "show", "--db", db_arg]);
     assert!(

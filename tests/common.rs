@@ -15,6 +15,14 @@ pub fn fa4_gen_env(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().expect("fa4-gen runs")
 }
 
+/// Runs fa4-gen, asserts that it succeeded (naming the arguments and its stderr), and
+/// returns its stdout.
+pub fn fa4_gen_ok(cwd: &Path, args: &[&str]) -> String {
+    let out = fa4_gen(cwd, args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
