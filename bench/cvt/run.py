@@ -1,4 +1,4 @@
-# Times each conversion probe on the GPU: python3 run.py (after build.py, which runs anywhere).
+# Times each conversion probe on the GPU: python3 run.py (after `python3 bench/nvrtc_cubin.py bench/cvt/cvt.cu`, which runs anywhere).
 # Prints warp instructions per clock per SM of each op; a mixed kernel that takes the sum
 # of its parts' times shares their pipe, one that takes the longer part's does not.
 import ctypes, torch

@@ -1,4 +1,4 @@
-# Times each MUFU form on the GPU and prints the SASS op counts: python3 run.py (after build.py)
+# Times each MUFU form on the GPU and prints the SASS op counts: python3 run.py (after `python3 bench/nvrtc_cubin.py bench/mufu/mufu.cu`)
 import ctypes, torch, subprocess, shutil, math
 torch.cuda.init(); torch.empty(1, device='cuda')
 cu = ctypes.CDLL('libcuda.so.1')
