@@ -38,6 +38,9 @@ pub const LAZY_RESCALE: &str = "lazy";
 /// Switch (warp-specialised): FA4's exp2 emulation, every k-th 8-column fragment of P
 /// exponentiated by a polynomial on the FMA pipes instead of the MUFU (value k; 0 off).
 pub const EXP2_EMU: &str = "exp2emu";
+/// Switch (pingpong): the consumers take turns at the MUFU (around each block's
+/// exponentials) instead of at the tensor cores (around each GEMM issue).
+pub const MUFU_TURNS: &str = "mufuturn";
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
 const BLOCK_N: &[u32] = &[64, 128, 176];
@@ -53,7 +56,7 @@ fn config(warpgroups: u32, block_n: u32, stages: u32) -> TileConfig {
     }
 }
 
-pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
+pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     let mut out = Vec::new();
     for &wg in WARPGROUPS {
         for &block_n in BLOCK_N {
@@ -129,6 +132,19 @@ pub(super) fn candidates(_spec: &KernelSpec) -> Vec<TileConfig> {
         })
         .collect();
     out.extend(lazy);
+    // Turns at the MUFU ran 1.02 to 1.05x their twins on causal tiles and 0.96 to 0.99x
+    // on unmasked ones (bench/NOTES.md), so only masked specs enumerate them.
+    let masked = spec.mask != MaskKind::None;
+    let mufu: Vec<TileConfig> = out
+        .iter()
+        .filter(|c| masked && c.switch(PINGPONG, 0) == 1)
+        .map(|c| {
+            let mut c = c.clone();
+            c.switches.insert(MUFU_TURNS.to_string(), 1);
+            c
+        })
+        .collect();
+    out.extend(mufu);
     // (Exp2 emulation, EXP2_EMU, is offered by check() but not enumerated: on every
     // pingpong tile it ran 0.86 to 1.0x its twin, with softcap at best 1.02x the cell's
     // best, bench/NOTES.md.)
@@ -289,7 +305,9 @@ fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u
     // slot's (full and empty), and a shared O slot's (free)
     let extra = if warp_specialized(c) {
         let shared_o = o_slots == 1 && consumers(c) > 1;
-        32 * c.stages + 16 * (c.block_m / 64) * q_buffers + if shared_o { 8 } else { 0 }
+        // (+ the word that ties a turn at the MUFU to the exponentials)
+        let mufu_turn = if c.switch(MUFU_TURNS, 0) == 1 { 8 } else { 0 };
+        32 * c.stages + 16 * (c.block_m / 64) * q_buffers + if shared_o { 8 } else { 0 } + mufu_turn
     } else {
         16
     };
@@ -332,14 +350,27 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         );
     }
     if !ws
-        && [PINGPONG, OVERLAP, PERSISTENT, LAZY_RESCALE, EXP2_EMU]
-            .iter()
-            .any(|s| c.switch(s, 0) != 0)
+        && [
+            PINGPONG,
+            OVERLAP,
+            PERSISTENT,
+            LAZY_RESCALE,
+            EXP2_EMU,
+            MUFU_TURNS,
+        ]
+        .iter()
+        .any(|s| c.switch(s, 0) != 0)
     {
         return reject(
             RejectKind::Shape,
-            "pingpong, overlap, persistent, lazy and exp2emu are switches of the warp-specialised schedule"
+            "pingpong, overlap, persistent, lazy, exp2emu and mufuturn are switches of the warp-specialised schedule"
                 .into(),
+        );
+    }
+    if c.switch(MUFU_TURNS, 0) == 1 && c.switch(PINGPONG, 0) != 1 {
+        return reject(
+            RejectKind::Shape,
+            "turns at the MUFU take pingpong consumers".into(),
         );
     }
     if ws && c.switch(PINGPONG, 0) == 1 && compute_warps < 8 {
@@ -570,6 +601,7 @@ pub(super) fn render_values(
         ("lazy_rescale", json!(c.switch(LAZY_RESCALE, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("half_first", json!(half_first)),
+        ("mufu_turns", json!(c.switch(MUFU_TURNS, 0) == 1)),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
         ("producer_regs", json!(split.producer)),
         ("consumer_regs", json!(split.consumer)),
@@ -797,6 +829,57 @@ mod tests {
             "two blocks over 128 keys need 354 KiB"
         );
         assert_eq!(fits(256), vec![], "no d256 tile fits twice");
+    }
+
+    #[test]
+    fn mufu_turns_take_pingpong_tiles_of_masked_specs() {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        let with = |mut c: TileConfig, switch: &str| {
+            c.switches.insert(switch.to_string(), 1);
+            c
+        };
+        let mut persistent_tile = ws_config(2, 128, 1, 1, 0);
+        persistent_tile.switches.insert(PERSISTENT.to_string(), 1);
+        let value = |spec: &KernelSpec, c: &TileConfig, key: &str| {
+            let fp = check(spec, c).unwrap();
+            let values = render_values(spec, c, &fp);
+            values.iter().find(|(k, _)| *k == key).unwrap().1.clone()
+        };
+        // Pingpong's, and one word of shared memory more.
+        let mufu = with(persistent_tile.clone(), MUFU_TURNS);
+        assert_eq!(value(&spec, &mufu, "mufu_turns"), json!(true));
+        assert_eq!(value(&spec, &persistent_tile, "mufu_turns"), json!(false));
+        assert_eq!(
+            smem_bytes(&spec, &mufu),
+            smem_bytes(&spec, &persistent_tile) + 8
+        );
+        let free_running = with(ws_config(2, 128, 0, 1, 0), MUFU_TURNS);
+        assert_eq!(
+            check(&spec, &free_running).unwrap_err().kind,
+            RejectKind::Shape
+        );
+        let stage1 = with(config(2, 128, 2), MUFU_TURNS);
+        assert_eq!(check(&spec, &stage1).unwrap_err().kind, RejectKind::Shape);
+        // Enumerated as a twin of every pingpong tile of a masked spec, of none unmasked.
+        let turns = |spec: &KernelSpec| {
+            let all = candidates(spec);
+            let pingpong = all.iter().filter(|c| c.switch(PINGPONG, 0) == 1);
+            let (with, without): (Vec<_>, Vec<_>) =
+                pingpong.partition(|c| c.switch(MUFU_TURNS, 0) == 1);
+            for c in &with {
+                let mut twin = (*c).clone();
+                twin.switches.remove(MUFU_TURNS);
+                assert!(without.contains(&&twin), "{c:?} has no twin");
+            }
+            (with.len(), without.len())
+        };
+        let (with_turns, pingpong) = turns(&spec);
+        assert!(pingpong > 0);
+        assert_eq!(with_turns, pingpong);
+        let local = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Local);
+        assert_eq!(turns(&local).0, turns(&local).1);
+        let unmasked = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
+        assert_eq!(turns(&unmasked).0, 0);
     }
 
     #[test]

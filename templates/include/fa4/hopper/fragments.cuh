@@ -112,6 +112,22 @@ __device__ __forceinline__ float lg2_approx(float x) {
 // (exp2_poly) instead of the MUFU, which d64 and soft-capping keep busiest.
 constexpr float kLazyRescaleLog2 = 8.f;
 
+// Nothing around a block's exponentials (the default); a kernel that takes turns at the
+// MUFU passes a turn whose before() runs between the row maxima and the exponentials and
+// after() once their row sums are in (kernel_ws.cuh's MufuTurn).
+struct NoTurn {
+    __device__ __forceinline__ void before(float (&)[2]) {}
+    __device__ __forceinline__ void after(float, float) {}
+};
+template <class F>
+struct IsNoTurn {
+    static constexpr bool value = false;
+};
+template <>
+struct IsNoTurn<NoTurn> {
+    static constexpr bool value = true;
+};
+
 template <int kNTiles, bool kLazy, int kExp2EmuEvery = 0>
 struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     using OnlineSoftmax<1, kNTiles>::row_max;
@@ -121,52 +137,84 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
         return kExp2EmuEvery > 0 && nt % kExp2EmuEvery == kExp2EmuEvery - 1;
     }
 
+    // Row h's new maximum over the first kLiveTiles fragments: sets o_scale[h] (and
+    // `rescales` where it differs from 1) and returns the offset its exponentials subtract.
+    template <int kLiveTiles>
+    __device__ __forceinline__ float row_offset(int h, const float (&s)[1][kNTiles][4], float scale_log2,
+                                                float (&o_scale)[2], bool& rescales) {
+        float mx = row_max[h];
+#pragma unroll
+        for (int nt = 0; nt < kLiveTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+        mx = quad_max(mx);
+        // From -inf the difference is +inf (or NaN while every key so far was masked):
+        // the row takes the new max.
+        if (kLazy && mx * scale_log2 - row_max[h] * scale_log2 <= kLazyRescaleLog2) mx = row_max[h];
+        // A row that has seen only masked keys keeps max = -inf; offset by 0 then, so
+        // every p is exp2(-inf) = 0 instead of NaN from (-inf) - (-inf).
+        const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
+        if constexpr (kLazy) {
+            const bool grew = mx != row_max[h];
+            o_scale[h] = grew ? exp2_approx(row_max[h] * scale_log2 - offset) : 1.f;
+            rescales |= grew;
+        } else {
+            o_scale[h] = exp2_approx(row_max[h] * scale_log2 - offset);
+            rescales = true;
+        }
+        row_max[h] = mx;
+        return offset;
+    }
+
+    // Row h's scores to probabilities (in place) and the block's row sum into row_sum[h];
+    // returns the block's row sum.
+    template <int kLiveTiles>
+    __device__ __forceinline__ float row_exps(int h, float (&s)[1][kNTiles][4], float scale_log2, float offset,
+                                              const float (&o_scale)[2]) {
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kLiveTiles; ++nt) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                const float x = fmaf(s[0][nt][e], scale_log2, -offset);
+                const float p = emulated(nt) ? exp2_poly(x) : exp2_approx(x);
+                s[0][nt][e] = p;
+                sum += p;
+            }
+        }
+        row_sum[h] = row_sum[h] * o_scale[h] + sum;
+        return sum;
+    }
+
     // Scores of one key block to unnormalised probabilities, in place; per row the factor
     // for the output so far. Returns whether a factor of this thread's differs from 1.
     // Only the first kLiveTiles 8-column fragments are scores: the rest of the block is
     // hidden from every row (kernel_ws.cuh's first block) and no PV GEMM reads it, but for
     // a fragment that shares the last live k16 step, whose p is 0. (Zeros written to the
     // whole dead half made ptxas serialise every wgmma of the overlapped schedule: C7511.)
-    template <int kLiveTiles = kNTiles>
-    __device__ __forceinline__ bool update(float (&s)[1][kNTiles][4], float scale_log2, float (&o_scale)[2]) {
+    // With a `turn` other than NoTurn, both rows' maxima come first, then turn.before()
+    // (which may rewrite the offsets: the exponentials depend on it), every exponential,
+    // and turn.after() on the row sums.
+    template <int kLiveTiles = kNTiles, class Turn = NoTurn>
+    __device__ __forceinline__ bool update(float (&s)[1][kNTiles][4], float scale_log2, float (&o_scale)[2],
+                                           Turn turn = {}) {
         bool rescales = false;
 #pragma unroll
         for (int nt = kLiveTiles; nt < 2 * live_pv_steps<kLiveTiles>(); ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
+        if constexpr (IsNoTurn<Turn>::value) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float mx = row_max[h];
-#pragma unroll
-            for (int nt = 0; nt < kLiveTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
-            mx = quad_max(mx);
-            // From -inf the difference is +inf (or NaN while every key so far was masked):
-            // the row takes the new max.
-            if (kLazy && mx * scale_log2 - row_max[h] * scale_log2 <= kLazyRescaleLog2) mx = row_max[h];
-            // A row that has seen only masked keys keeps max = -inf; offset by 0 then, so
-            // every p is exp2(-inf) = 0 instead of NaN from (-inf) - (-inf).
-            const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
-            if constexpr (kLazy) {
-                const bool grew = mx != row_max[h];
-                o_scale[h] = grew ? exp2_approx(row_max[h] * scale_log2 - offset) : 1.f;
-                rescales |= grew;
-            } else {
-                o_scale[h] = exp2_approx(row_max[h] * scale_log2 - offset);
-                rescales = true;
+            for (int h = 0; h < 2; ++h) {
+                const float offset = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales);
+                row_exps<kLiveTiles>(h, s, scale_log2, offset, o_scale);
             }
-            row_max[h] = mx;
-            float sum = 0.f;
+        } else {
+            float offset[2], sums[2];
 #pragma unroll
-            for (int nt = 0; nt < kLiveTiles; ++nt) {
+            for (int h = 0; h < 2; ++h) offset[h] = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales);
+            turn.before(offset);
 #pragma unroll
-                for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                    const float x = fmaf(s[0][nt][e], scale_log2, -offset);
-                    const float p = emulated(nt) ? exp2_poly(x) : exp2_approx(x);
-                    s[0][nt][e] = p;
-                    sum += p;
-                }
-            }
-            row_sum[h] = row_sum[h] * o_scale[h] + sum;
+            for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], o_scale);
+            turn.after(sums[0], sums[1]);
         }
         return rescales;
     }
@@ -216,13 +264,13 @@ __device__ __forceinline__ bool block_needs_mask(const Mask<kMaskKind>& mask, bo
 // S to unnormalised P in place over the first kLiveTiles fragments (the rest of the block
 // hidden from every row and left to the PV GEMM to skip), o_scale the factor for O so far;
 // returns update()'s answer (whether a factor of this thread's differs from 1).
-template <int kLiveTiles, bool kSoftcap, MaskKind kMaskKind, class Softmax, int kNTiles>
+template <int kLiveTiles, bool kSoftcap, MaskKind kMaskKind, class Softmax, int kNTiles, class Turn = NoTurn>
 __device__ __forceinline__ bool block_scores(float (&s)[1][kNTiles][4], Softmax& softmax, const FwdParams& params,
                                              const Mask<kMaskKind>& mask, bool needs_mask, const FragmentRows& at,
-                                             int col_begin, float scale_log2, float (&o_scale)[2]) {
+                                             int col_begin, float scale_log2, float (&o_scale)[2], Turn turn = {}) {
     softcap_scores<kSoftcap, kLiveTiles>(s, params);
     if (needs_mask) mask_scores<kMaskKind, kLiveTiles>(s, mask, at, col_begin);
-    return softmax.template update<kLiveTiles>(s, scale_log2, o_scale);
+    return softmax.template update<kLiveTiles>(s, scale_log2, o_scale, turn);
 }
 
 // ---- P to 16 bits in the A-fragment order of the PV GEMM (k16 steps of two 8-col tiles) --

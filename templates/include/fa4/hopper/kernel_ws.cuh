@@ -51,6 +51,29 @@ namespace hopper {
 constexpr int kTurnBarrier = 4;
 constexpr int kProducerBarrier = 7;
 
+// A consumer's turn at the MUFU (kMufuTurns): wait for the turn between a block's row
+// maxima and its exponentials, pass it once their row sums are in. Named barriers order
+// memory only, and ptxas moves arithmetic across them, so the exponentials are tied to the
+// turn through shared memory: after the wait, a load of a word that holds 0 is OR-ed into
+// the offsets every exponential subtracts; before the pass, the row sums (which need every
+// exponential) AND-ed with it are stored back.
+struct MufuTurn {
+    int take_barrier, pass_barrier;
+    u32 word;  // shared memory, 0
+    u32 zero;
+    __device__ __forceinline__ void before(float (&offset)[2]) {
+        named_barrier_sync(take_barrier, 256);
+        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(word) : "memory");
+        offset[0] = __uint_as_float(__float_as_uint(offset[0]) | zero);
+        offset[1] = __uint_as_float(__float_as_uint(offset[1]) | zero);
+    }
+    __device__ __forceinline__ void after(float sum0, float sum1) {
+        const u32 tie = (__float_as_uint(sum0) | __float_as_uint(sum1)) & zero;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(word), "r"(tie) : "memory");
+        named_barrier_arrive(pass_barrier, 256);
+    }
+};
+
 // The tensor maps of the TMA kernels (TmaFwdParams: Q, K, V and O), else null.
 struct TmaMaps {
     const TensorMap* q;
@@ -94,6 +117,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         return bars + 8 * (4 * kStages + (kConsumers + consumer) * kQBuffers + buffer);
     };
     const u32 o_free = bars + 8 * (4 * kStages + 2 * kConsumers * kQBuffers);
+    const u32 turn_word = o_free + (kSharedO ? 8 : 0);  // MufuTurn's zero
 
     // ---- the work tiles: one block's rows of one head of one sequence --------------------
     // A grid of one block per tile takes its tile from schedule.cuh's launch order. A
@@ -184,6 +208,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             }
         }
         if constexpr (kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
+        if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(turn_word) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -318,12 +343,18 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
     // Turns at the tensor cores, round robin from consumer 0 (the last one lets it start).
+    // With kMufuTurns the turns are at the MUFU instead: each consumer takes its turn
+    // between a block's row maxima and its exponentials and passes it after them, and
+    // issues its GEMMs whenever its operands are in (cuDNN's d64 kernel places its turns
+    // so).
+    constexpr bool kGemmTurns = T::kPingpong && !T::kMufuTurns;
     auto take_turn = [&] {
-        if constexpr (T::kPingpong) named_barrier_sync(kTurnBarrier + consumer, 256);
+        if constexpr (kGemmTurns) named_barrier_sync(kTurnBarrier + consumer, 256);
     };
     auto pass_turn = [&] {
-        if constexpr (T::kPingpong) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumers, 256);
+        if constexpr (kGemmTurns) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumers, 256);
     };
+    const MufuTurn mufu_turn{kTurnBarrier + consumer, kTurnBarrier + (consumer + 1) % kConsumers, turn_word, 0};
     if constexpr (T::kPingpong) {
         if (consumer == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
     }
@@ -442,9 +473,16 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
             const bool needs_mask =
                 block_needs_mask<T::kBlockN>(mask, tile == 0, w.query_first, w.query_last, col_begin);
-            const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
-                s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale);
-            return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
+            if constexpr (T::kMufuTurns) {
+                const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
+                    s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale,
+                    mufu_turn);
+                return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
+            } else {
+                const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
+                    s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale);
+                return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
+            }
         };
         auto pack = [&](auto live) { pack_p<kBf16, decltype(live)::value>(s, p); };
         auto rescale_o = [&](const float (&o_scale)[2]) {

@@ -45,6 +45,8 @@ struct Traits {
     // A masked tile's first key block over the half a consumer sees, where it is at most
     // half visible (kernel_ws.cuh; the config space decides where it pays).
     static constexpr bool kHalfFirst = Config::kHalfFirst;
+    // Pingpong turns around each block's exponentials instead of its GEMM issues.
+    static constexpr bool kMufuTurns = Config::kMufuTurns;
     static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
     static constexpr int kProducerRegs = Config::kProducerRegs;
     static constexpr int kConsumerRegs = Config::kConsumerRegs;
@@ -84,7 +86,9 @@ struct Traits {
     // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
     // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
     static constexpr int kSmemBytes =
-        kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers + (kSharedO ? 8 : 0) : 16);
+        kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers + (kSharedO ? 8 : 0) +
+                                                  (kMufuTurns ? 8 : 0)
+                                            : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma's N: a multiple of 16, at most 256");
@@ -99,6 +103,7 @@ struct Traits {
     static_assert(!kHalfFirst || (kWarpSpecialized && kMask != MaskKind::None),
                   "the half first block is the masked warp-specialised schedule's");
     static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs a slot for O");
+    static_assert(!kMufuTurns || kPingpong, "turns at the MUFU are pingpong's");
     static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
     static_assert(kExp2EmuEvery == 0 || kWarpSpecialized, "exp2 emulation is the warp-specialised schedule's");
     // Registers move from the producer to the consumers within the block's allotment.
