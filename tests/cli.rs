@@ -33,10 +33,12 @@ fn list_json_is_the_whole_space() {
     // Portable: causal and local specs add 12 warp-skipping candidates to the 72 every
     // spec has; Hopper: 20 stage-1, 11 warp-specialised, 6 persistent, 2 persistent
     // single-consumer and 1 three-stage candidates per spec, and the 16 of those with
-    // overlap and pingpong (or a persistent block of their own) again with lazy rescaling.
+    // overlap and pingpong (or a persistent block of their own) again with lazy rescaling;
+    // on causal and local specs the 29 pingpong ones (15 + 14 lazy) again with turns at
+    // the MUFU.
     assert_eq!(
         rows.len(),
-        2 * 72 + 4 * 84 + 6 * (20 + 11 + 6 + 2 + 1 + 16),
+        2 * 72 + 4 * 84 + 6 * (20 + 11 + 6 + 2 + 1 + 16) + 4 * 29,
         "6 specs (dtype x mask) per template"
     );
     assert_eq!(
@@ -46,6 +48,14 @@ fn list_json_is_the_whole_space() {
             .count(),
         0,
         "without a mask there is nothing to skip"
+    );
+    assert_eq!(
+        rows.iter()
+            .filter(|r| r["config"]["switches"]["mufuturn"] == 1)
+            .filter(|r| r["spec"]["mask"] == "none")
+            .count(),
+        0,
+        "turns at the MUFU are enumerated on masked specs only"
     );
     assert_eq!(
         rows.iter().filter(|r| r["is_default"] == true).count(),

@@ -98,6 +98,13 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
         .filter(|r| r.is_stale(|t| renderer.template_hash(t).to_string()))
         .count();
     records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+    if stale > 0 {
+        // Their specs ship heuristic defaults: say so even when quiet.
+        eprintln!(
+            "warning: {stale} tuning records are of other template versions and are left out \
+             (their specs ship the defaults); re-tune them with `fa4-gen tune` and export"
+        );
+    }
     let specs = cache::specs(&archs, &features);
     let nvrtc = load_nvrtc(quiet)?;
     let pool = compile_pool(a.jobs)?;

@@ -1238,14 +1238,26 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         None => BTreeMap::new(),
         Some(path) => {
             let renderer = Renderer::embedded()?;
-            crate::db::TuningDb::open(path)?
+            let (current, stale): (Vec<_>, Vec<_>) = crate::db::TuningDb::open(path)?
                 .records()?
                 .into_iter()
                 .filter(|r| {
                     r.device.name == gpu.info.name && r.device.sm_count == gpu.info.sm_count
                 })
-                .filter(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()))
                 .filter(|r| templates.contains(&r.template))
+                .partition(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+            // A stale record's cell is timed with the default as its "tuned" row, which
+            // reads as a regression unless said (always, -q or not).
+            if !stale.is_empty() {
+                eprintln!(
+                    "warning: {} records in {} are of other template versions: their cells time the default; \
+                     re-tune those specs (`fa4-gen tune`, which keeps the timings of kernels whose code is unchanged)",
+                    stale.len(),
+                    path.display()
+                );
+            }
+            current
+                .into_iter()
                 .filter_map(|r| {
                     let choice = r.choice()?.config.clone();
                     Some(((r.template, r.spec, r.bucket.seqlen), choice))
