@@ -138,6 +138,28 @@ impl Key {
     }
 }
 
+/// The keys measured on `device` (same GPU name and SM count) whose records name another
+/// template version than `current` and that `run` does not cover: after a template edit,
+/// a tune of some specs leaves the others' records stale, and `build-cache` and `bench
+/// --db` serve those keys' defaults until they are tuned too. Sorted, without repeats.
+pub fn stale_outside(
+    records: &[Record],
+    device: &Device,
+    current: &dyn Fn(Template) -> String,
+    run: &[Key],
+) -> Vec<Key> {
+    let mut out: Vec<Key> = records
+        .iter()
+        .filter(|r| r.device.name == device.name && r.device.sm_count == device.sm_count)
+        .filter(|r| r.is_stale(current))
+        .map(Key::of)
+        .filter(|k| !run.contains(k))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Every key of `specs` x `buckets`, sorted, and the `index`-th of `count` shards of
 /// them (round robin, so every shard gets short and long buckets).
 pub fn shard_keys(
@@ -1181,6 +1203,35 @@ mod tests {
                 }
             })
             .collect()
+    }
+
+    #[test]
+    fn stale_records_outside_the_run_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let ks = kernels(3);
+        let all = keys(&[512, 1024, 4096]);
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        run(&db, "v1", &all, &ks, &mut m, &Silent);
+        let records = db.records().unwrap();
+        let v = |h: &'static str| move |_: Template| h.to_string();
+        // The same template version: nothing is stale.
+        assert_eq!(
+            stale_outside(&records, &device(), &v("v1"), &all[..1]),
+            vec![]
+        );
+        // A new version, a run over the first key: the other two are left stale.
+        assert_eq!(
+            stale_outside(&records, &device(), &v("v2"), &all[..1]),
+            all[1..].to_vec()
+        );
+        assert_eq!(stale_outside(&records, &device(), &v("v2"), &all), vec![]);
+        // Another GPU's records are not this run's business.
+        let other = Device {
+            name: "Other GPU".into(),
+            ..device()
+        };
+        assert_eq!(stale_outside(&records, &other, &v("v2"), &[]), vec![]);
     }
 
     #[test]

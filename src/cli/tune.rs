@@ -163,6 +163,30 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         nvrtc: nvrtc.version_string(),
     });
 
+    // After a template edit, the keys this run leaves out keep records of the old
+    // version, which build-cache and bench --db skip: say so before the GPU time goes in.
+    if let (Some(db), Some(device), false) = (&db, &device, a.compile_only) {
+        let every_shard = tune::shard_keys(&specs, &buckets, 0, 1);
+        let left = tune::stale_outside(&db.records()?, device, &template_hash, &every_shard);
+        if !left.is_empty() {
+            let mut tags: Vec<String> = left.iter().map(|k| k.spec.tag()).collect();
+            tags.dedup();
+            let shown = tags.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
+            let more = tags.len().saturating_sub(4);
+            eprintln!(
+                "warning: {} keys outside this run have records of another template version \
+                 ({shown}{}): build-cache and bench --db serve their defaults until they are \
+                 tuned too (a wider `fa4-gen tune` keeps the timings of unchanged kernels)",
+                left.len(),
+                if more > 0 {
+                    format!(" and {more} more specs")
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+
     // Each spec's plan, planned once: with every key's record current, only the
     // candidates still to be timed (a finals top-up compiles the finalists alone).
     let mut to_build: Vec<(Template, KernelSpec, Vec<space::Planned>)> = Vec::new();
