@@ -327,6 +327,9 @@ pub struct Counts {
     pub carried: usize,
     /// Finalists re-timed after settling (a failed one counts in `time_failed`).
     pub finals: usize,
+    /// Keys whose finals were kept from a record of another template version: every
+    /// finalist there has the same machine code and finals of the same policy.
+    pub finals_carried: usize,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -338,6 +341,7 @@ impl std::ops::AddAssign for Counts {
         self.skipped += o.skipped;
         self.carried += o.carried;
         self.finals += o.finals;
+        self.finals_carried += o.finals_carried;
     }
 }
 
@@ -372,6 +376,9 @@ pub fn tune_spec(
         records.push(record);
         carried.push(stale);
     }
+    // Per record, the finals passes of the candidates whose screening was carried (by
+    // kernel id): they stand where the key's finalists are all carried (below).
+    let mut carried_finals: Vec<BTreeMap<String, Vec<f64>>> = vec![BTreeMap::new(); records.len()];
     let measured =
         |r: &Record, k: &TuneKernel| r.candidates.iter().any(|c| c.kernel == k.built.id.0);
     let pending: usize = kernels
@@ -405,6 +412,7 @@ pub fn tune_spec(
                     session,
                     &mut records,
                     &carried,
+                    &mut carried_finals,
                     later,
                     &mut counts,
                     progress,
@@ -415,6 +423,7 @@ pub fn tune_spec(
             session,
             &mut records,
             &carried,
+            &mut carried_finals,
             kernel,
             &mut counts,
             progress,
@@ -468,10 +477,29 @@ pub fn tune_spec(
     // short keys), each timing written as it is taken, like the screening above. A
     // finalist short of its passes (never timed, or a timing failed) is timed on every
     // run until it has them; one whose timing fails sits out the rest of this run.
-    for record in &mut records {
+    for (record, kept) in records.iter_mut().zip(&carried_finals) {
         let key = Key::of(record);
         let chosen = finalists(record);
         let passes = final_passes(record);
+        // A template edit that left every finalist's machine code as it was: their
+        // side-by-side finals from the last version stand (a new or changed kernel
+        // that screened among the finalists has them all taken again).
+        let standing = |i: &usize| {
+            let c = &record.candidates[*i];
+            c.settled_passes().is_empty() && kept.get(&c.kernel).is_some_and(|p| p.len() >= passes)
+        };
+        if !chosen.is_empty() && chosen.iter().all(standing) {
+            for &i in &chosen {
+                let p = kept[&record.candidates[i].kernel].clone();
+                p.iter()
+                    .take(passes)
+                    .for_each(|&ms| record.candidates[i].push_settled_pass(ms));
+            }
+            record.date = crate::timestamp::utc_now();
+            session.db.put(record)?;
+            counts.finals_carried += 1;
+            continue;
+        }
         let mut warm = false; // this key's first finals timing of the run warms up longer
         let mut failed: Vec<usize> = Vec::new();
         for pass in 0..passes {
@@ -565,10 +593,17 @@ fn resumed(
             (r, Vec::new())
         }
         Some(stale) => {
+            let same_policy = stale.timing == timing_policy();
             let timed = stale
                 .candidates
                 .into_iter()
                 .filter(|c| matches!(&c.outcome, Outcome::Measured { code_hash, .. } if !code_hash.is_empty()))
+                .map(|mut c| {
+                    if !same_policy {
+                        c.set_settled_ms(None);
+                    }
+                    c
+                })
                 .collect();
             (fresh(), timed)
         }
@@ -582,6 +617,7 @@ fn carry(
     session: &Session,
     records: &mut [Record],
     carried: &[Vec<Candidate>],
+    carried_finals: &mut [BTreeMap<String, Vec<f64>>],
     kernel: &TuneKernel,
     counts: &mut Counts,
     progress: &dyn Progress,
@@ -595,10 +631,13 @@ fn carry(
         {
             continue;
         }
-        let Some(outcome) = carried_outcome(&carried[i], kernel) else {
+        let Some((outcome, finals)) = carried_outcome(&carried[i], kernel) else {
             todo.push(i);
             continue;
         };
+        if !finals.is_empty() {
+            carried_finals[i].insert(kernel.built.id.0.clone(), finals);
+        }
         counts.carried += 1;
         add_screened(session, record, kernel, outcome, progress)?;
     }
@@ -628,9 +667,11 @@ fn add_screened(
 }
 
 /// `kernel`'s screening outcome carried from `stale` (a record of another template
-/// version): the timing of the same config whose machine code `kernel` repeats, with its
-/// finals dropped (finalists are re-timed side by side in this run).
-fn carried_outcome(stale: &[Candidate], kernel: &TuneKernel) -> Option<Outcome> {
+/// version): the timing of the same config whose machine code `kernel` repeats, without
+/// its finals, which come back separately (their passes; none where the stale record's
+/// finals were of another timing policy): they stand only if the key's finalists are all
+/// carried, else the finalists are re-timed side by side in this run.
+fn carried_outcome(stale: &[Candidate], kernel: &TuneKernel) -> Option<(Outcome, Vec<f64>)> {
     let code = &kernel.built.code_hash;
     let mut c = stale
         .iter()
@@ -640,8 +681,9 @@ fn carried_outcome(stale: &[Candidate], kernel: &TuneKernel) -> Option<Outcome> 
                 && matches!(&c.outcome, Outcome::Measured { code_hash, .. } if code_hash == code)
         })?
         .clone();
+    let finals = c.settled_passes();
     c.set_settled_ms(None);
-    Some(c.outcome)
+    Some((c.outcome, finals))
 }
 
 /// The configs a tune of `keys` (one spec's) still has to build and time: those some
@@ -1311,6 +1353,95 @@ mod tests {
             ));
             assert!(matches!(&r.candidates[3].outcome, Outcome::Failed { .. }));
         }
+    }
+
+    #[test]
+    fn finals_stand_where_every_finalist_keeps_its_machine_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        // Six kernels: the default (0) and the fastest three by screening (2, 1, 3) are
+        // the finalists; 4 and 5 screen slower.
+        let ks = kernels(6);
+        let keys = keys(&[1024, 8192]);
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        run(&db, "h1", &keys, &ks, &mut m, &Silent);
+        let settled = |db: &TuningDb| -> Vec<Vec<Option<f64>>> {
+            db.records()
+                .unwrap()
+                .iter()
+                .map(|r| r.candidates.iter().map(Candidate::settled_ms).collect())
+                .collect()
+        };
+        let first = settled(&db);
+
+        // A template edit that changes no machine code: nothing is timed, the finals of
+        // both keys stand as they were.
+        let same = renamed(&ks, "h2", &[]);
+        let mut m2 = Scripted::new(&same, None, Duration::ZERO);
+        let (counts, _) = run(&db, "h2", &keys, &same, &mut m2, &Silent);
+        assert_eq!((m2.checks.get(), m2.timings.get(), m2.finals()), (0, 0, 0));
+        assert_eq!((counts.carried, counts.finals_carried), (6 * 2, 2));
+        assert_eq!(settled(&db), first, "the same settled times, now under h2");
+        assert!(db
+            .records()
+            .unwrap()
+            .iter()
+            .all(|r| r.template_hash == "h2"));
+
+        // A changed kernel that still screens outside the finals: it alone is timed.
+        let slow = renamed(&same, "h3", &[5]);
+        let mut m3 = Scripted::new(&slow, None, Duration::ZERO);
+        let (counts, _) = run(&db, "h3", &keys, &slow, &mut m3, &Silent);
+        assert_eq!((m3.checks.get(), m3.timings.get(), m3.finals()), (1, 2, 0));
+        assert_eq!(counts.finals_carried, 2);
+
+        // A changed kernel that screens fastest joins the finals: at both keys all four
+        // finalists are timed again, side by side.
+        let fast = renamed(&slow, "h4", &[4]);
+        let mut m4 = Scripted::new(&fast, None, Duration::ZERO);
+        m4.screened.insert(4, 0.1);
+        let (counts, _) = run(&db, "h4", &keys, &fast, &mut m4, &Silent);
+        assert_eq!(m4.timings.get(), 2);
+        assert_eq!(counts.finals_carried, 0);
+        // (kernel 4's 0.1 ms at 1024 keys puts both keys under SHORT_KEY_MS)
+        assert_eq!(m4.finals(), 2 * FINALISTS * SHORT_KEY_PASSES);
+        for r in db.records().unwrap() {
+            let (winner, _) = r.winner().unwrap();
+            assert_eq!(winner.kernel, fast[4].built.id.0);
+        }
+    }
+
+    #[test]
+    fn finals_of_another_timing_policy_are_taken_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let ks = kernels(3);
+        let keys = keys(&[8192]);
+        run(
+            &db,
+            "h1",
+            &keys,
+            &ks,
+            &mut Scripted::new(&ks, None, Duration::ZERO),
+            &Silent,
+        );
+        // The stored record's finals were settled for another length.
+        let mut r = db.records().unwrap().remove(0);
+        r.timing.settle_ms *= 2.0;
+        db.put(&r).unwrap();
+        let same = renamed(&ks, "h2", &[]);
+        let mut m = Scripted::new(&same, None, Duration::ZERO);
+        let (counts, _) = run(&db, "h2", &keys, &same, &mut m, &Silent);
+        assert_eq!(
+            (m.timings.get(), counts.carried),
+            (0, 3),
+            "the screening carries"
+        );
+        assert_eq!(
+            (m.finals(), counts.finals_carried),
+            (3, 0),
+            "the finals do not"
+        );
     }
 
     #[test]

@@ -338,6 +338,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
                 "finals": totals.finals,
                 "already_measured": totals.skipped,
                 "carried": totals.carried,
+                "finals_carried": totals.finals_carried,
             },
             "wall_seconds": wall.as_secs_f64(),
             "gpu_busy_share": busy_share,
@@ -376,7 +377,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
     let gains: Vec<f64> = rows.iter().filter_map(|r| r.speedup).collect();
     let geomean = (gains.iter().map(|g| g.ln()).sum::<f64>() / gains.len().max(1) as f64).exp();
     println!(
-        "{} keys on {} into {}: winners {geomean:.3}x the defaults (geomean); {} checked ({} wrong), {} timed ({} failed), {} finalists re-timed, {} already measured, {} kept from another template version (same machine code)",
+        "{} keys on {} into {}: winners {geomean:.3}x the defaults (geomean); {} checked ({} wrong), {} timed ({} failed), {} finalists re-timed, {} already measured, {} kept from another template version (same machine code; the finals of {} keys with them)",
         rows.len(),
         device.name,
         db_path.display(),
@@ -386,7 +387,8 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         totals.time_failed,
         totals.finals,
         totals.skipped,
-        totals.carried
+        totals.carried,
+        totals.finals_carried
     );
     println!(
         "wall {:.1} s, GPU busy {:.0}% of it; {compiled} kernels compiled at {per_core:.2} kernels/s per core ({jobs} cores)",
