@@ -354,7 +354,14 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     auto pass_turn = [&] {
         if constexpr (kGemmTurns) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumers, 256);
     };
-    const MufuTurn mufu_turn{kTurnBarrier + consumer, kTurnBarrier + (consumer + 1) % kConsumers, turn_word, 0};
+    // What a block's exponentials run inside: the turn at the MUFU, or nothing.
+    const auto block_turn = [&] {
+        if constexpr (T::kMufuTurns) {
+            return MufuTurn{kTurnBarrier + consumer, kTurnBarrier + (consumer + 1) % kConsumers, turn_word, 0};
+        } else {
+            return NoTurn{};
+        }
+    }();
     if constexpr (T::kPingpong) {
         if (consumer == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
     }
@@ -473,16 +480,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
             const bool needs_mask =
                 block_needs_mask<T::kBlockN>(mask, tile == 0, w.query_first, w.query_last, col_begin);
-            if constexpr (T::kMufuTurns) {
-                const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
-                    s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale,
-                    mufu_turn);
-                return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
-            } else {
-                const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
-                    s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale);
-                return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
-            }
+            const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
+                s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale, block_turn);
+            return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
         };
         auto pack = [&](auto live) { pack_p<kBf16, decltype(live)::value>(s, p); };
         auto rescale_o = [&](const float (&o_scale)[2]) {
