@@ -306,6 +306,9 @@ pub trait Progress {
     /// A finalist of `key` was re-timed after settling: its settled ms, None if the
     /// timing failed.
     fn finalist(&self, _key: &Key, _kernel: &TuneKernel, _settled_ms: Option<f64>) {}
+    /// `key`'s finals were kept from the last template version: `planned` finals
+    /// timings announced for it will not come.
+    fn finals_kept(&self, _key: &Key, _planned: usize) {}
 }
 
 /// A progress watcher that watches nothing.
@@ -388,19 +391,13 @@ pub fn tune_spec(
     counts.skipped = kernels.len() * records.len() - pending;
     // Finals timings still to take. Keys not screened yet count one pass each (their
     // passes follow from the screening); the rest are planned once it is done.
-    let finals_to_take = |records: &[Record]| -> usize {
-        let passes_taken =
-            |r: &Record| -> usize { r.candidates.iter().map(|c| c.settled_passes().len()).sum() };
-        records
-            .iter()
-            .map(|r| {
-                (FINALISTS.min(kernels.len().max(r.candidates.len())) * final_passes(r))
-                    .saturating_sub(passes_taken(r))
-            })
-            .sum()
+    let finals_to_take = |r: &Record| -> usize {
+        let passes_taken: usize = r.candidates.iter().map(|c| c.settled_passes().len()).sum();
+        (FINALISTS.min(kernels.len().max(r.candidates.len())) * final_passes(r))
+            .saturating_sub(passes_taken)
     };
-    let finals_planned = finals_to_take(&records);
-    progress.planned(pending + finals_planned);
+    let finals_planned: Vec<usize> = records.iter().map(finals_to_take).collect();
+    progress.planned(pending + finals_planned.iter().sum::<usize>());
 
     for (n, kernel) in kernels.iter().enumerate() {
         // Timings carried from another template version go in at once, once the default
@@ -471,24 +468,33 @@ pub fn tune_spec(
         }
     }
 
-    progress.planned(finals_to_take(&records).saturating_sub(finals_planned));
+    // Keys whose finals stand (every finalist carried with its finals) take none; the
+    // others may need more passes than planned before their screening was known.
+    let standing: Vec<bool> = records
+        .iter()
+        .zip(&carried_finals)
+        .map(|(r, kept)| finals_stand(r, kept))
+        .collect();
+    progress.planned(
+        records
+            .iter()
+            .zip(&finals_planned)
+            .zip(&standing)
+            .filter(|(_, &stands)| !stands)
+            .map(|((r, &planned), _)| finals_to_take(r).saturating_sub(planned))
+            .sum(),
+    );
 
     // The finals: every key's finalists re-timed after settling, in passes (several on
     // short keys), each timing written as it is taken, like the screening above. A
     // finalist short of its passes (never timed, or a timing failed) is timed on every
     // run until it has them; one whose timing fails sits out the rest of this run.
-    for (record, kept) in records.iter_mut().zip(&carried_finals) {
+    for (n, record) in records.iter_mut().enumerate() {
         let key = Key::of(record);
         let chosen = finalists(record);
         let passes = final_passes(record);
-        // A template edit that left every finalist's machine code as it was: their
-        // side-by-side finals from the last version stand (a new or changed kernel
-        // that screened among the finalists has them all taken again).
-        let standing = |i: &usize| {
-            let c = &record.candidates[*i];
-            c.settled_passes().is_empty() && kept.get(&c.kernel).is_some_and(|p| p.len() >= passes)
-        };
-        if !chosen.is_empty() && chosen.iter().all(standing) {
+        if standing[n] {
+            let kept = &carried_finals[n];
             for &i in &chosen {
                 let p = kept[&record.candidates[i].kernel].clone();
                 p.iter()
@@ -498,6 +504,7 @@ pub fn tune_spec(
             record.date = crate::timestamp::utc_now();
             session.db.put(record)?;
             counts.finals_carried += 1;
+            progress.finals_kept(&key, finals_planned[n]);
             continue;
         }
         let mut warm = false; // this key's first finals timing of the run warms up longer
@@ -544,6 +551,21 @@ pub fn tune_spec(
         }
     }
     Ok((counts, false))
+}
+
+/// Whether `record`'s finals stand as they were taken under the last template version:
+/// every finalist is a carried kernel (same machine code) whose finals of the same timing
+/// policy are in `kept` (passes by kernel id), none timed in this run. A template edit
+/// that left the finalists' machine code alone leaves their side-by-side comparison
+/// valid; a new or changed kernel that screened among them has them all taken again.
+fn finals_stand(record: &Record, kept: &BTreeMap<String, Vec<f64>>) -> bool {
+    let passes = final_passes(record);
+    let chosen = finalists(record);
+    !chosen.is_empty()
+        && chosen.iter().all(|&i| {
+            let c = &record.candidates[i];
+            c.settled_passes().is_empty() && kept.get(&c.kernel).is_some_and(|p| p.len() >= passes)
+        })
 }
 
 /// `key`'s record as a tune resumes it: the stored one if it was measured with the
@@ -1378,7 +1400,9 @@ mod tests {
         // both keys stand as they were.
         let same = renamed(&ks, "h2", &[]);
         let mut m2 = Scripted::new(&same, None, Duration::ZERO);
-        let (counts, _) = run(&db, "h2", &keys, &same, &mut m2, &Silent);
+        let tally = Tally::default();
+        let (counts, _) = run(&db, "h2", &keys, &same, &mut m2, &tally);
+        assert_eq!(tally.planned.get(), tally.done.get(), "the bar ends full");
         assert_eq!((m2.checks.get(), m2.timings.get(), m2.finals()), (0, 0, 0));
         assert_eq!((counts.carried, counts.finals_carried), (6 * 2, 2));
         assert_eq!(settled(&db), first, "the same settled times, now under h2");
@@ -1391,7 +1415,9 @@ mod tests {
         // A changed kernel that still screens outside the finals: it alone is timed.
         let slow = renamed(&same, "h3", &[5]);
         let mut m3 = Scripted::new(&slow, None, Duration::ZERO);
-        let (counts, _) = run(&db, "h3", &keys, &slow, &mut m3, &Silent);
+        let tally = Tally::default();
+        let (counts, _) = run(&db, "h3", &keys, &slow, &mut m3, &tally);
+        assert_eq!(tally.planned.get(), tally.done.get());
         assert_eq!((m3.checks.get(), m3.timings.get(), m3.finals()), (1, 2, 0));
         assert_eq!(counts.finals_carried, 2);
 
@@ -1400,7 +1426,9 @@ mod tests {
         let fast = renamed(&slow, "h4", &[4]);
         let mut m4 = Scripted::new(&fast, None, Duration::ZERO);
         m4.screened.insert(4, 0.1);
-        let (counts, _) = run(&db, "h4", &keys, &fast, &mut m4, &Silent);
+        let tally = Tally::default();
+        let (counts, _) = run(&db, "h4", &keys, &fast, &mut m4, &tally);
+        assert_eq!(tally.planned.get(), tally.done.get());
         assert_eq!(m4.timings.get(), 2);
         assert_eq!(counts.finals_carried, 0);
         // (kernel 4's 0.1 ms at 1024 keys puts both keys under SHORT_KEY_MS)
@@ -1861,6 +1889,9 @@ mod tests {
         }
         fn finalist(&self, _: &Key, _: &TuneKernel, _: Option<f64>) {
             self.done.set(self.done.get() + 1);
+        }
+        fn finals_kept(&self, _: &Key, planned: usize) {
+            self.done.set(self.done.get() + planned);
         }
     }
 

@@ -489,4 +489,11 @@ impl Progress for Watcher {
         let at = format!("finalist {} {settled}", kernel.built.candidate.config.tag());
         self.bar.set_message(c.line(key, &at));
     }
+
+    fn finals_kept(&self, key: &Key, planned: usize) {
+        let c = self.counts.lock().expect("lock");
+        self.bar.inc(planned as u64);
+        self.bar
+            .set_message(c.line(key, "finals kept (same machine code)"));
+    }
 }
