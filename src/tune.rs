@@ -496,10 +496,9 @@ pub fn tune_spec(
         if standing[n] {
             let kept = &carried_finals[n];
             for &i in &chosen {
-                let p = kept[&record.candidates[i].kernel].clone();
-                p.iter()
-                    .take(passes)
-                    .for_each(|&ms| record.candidates[i].push_settled_pass(ms));
+                for &ms in kept[&record.candidates[i].kernel].iter().take(passes) {
+                    record.candidates[i].push_settled_pass(ms);
+                }
             }
             record.date = crate::timestamp::utc_now();
             session.db.put(record)?;
@@ -555,7 +554,8 @@ pub fn tune_spec(
 
 /// Whether `record`'s finals stand as they were taken under the last template version:
 /// every finalist is a carried kernel (same machine code) whose finals of the same timing
-/// policy are in `kept` (passes by kernel id), none timed in this run. A template edit
+/// policy are in `kept` (passes by kernel id; carried candidates enter the record without
+/// them, and no finals are taken before this is asked). A template edit
 /// that left the finalists' machine code alone leaves their side-by-side comparison
 /// valid; a new or changed kernel that screened among them has them all taken again.
 fn finals_stand(record: &Record, kept: &BTreeMap<String, Vec<f64>>) -> bool {
@@ -563,8 +563,8 @@ fn finals_stand(record: &Record, kept: &BTreeMap<String, Vec<f64>>) -> bool {
     let chosen = finalists(record);
     !chosen.is_empty()
         && chosen.iter().all(|&i| {
-            let c = &record.candidates[i];
-            c.settled_passes().is_empty() && kept.get(&c.kernel).is_some_and(|p| p.len() >= passes)
+            kept.get(&record.candidates[i].kernel)
+                .is_some_and(|p| p.len() >= passes)
         })
 }
 
