@@ -32,6 +32,11 @@ pub const PACK_GQA: &str = "packgqa";
 /// for d128 causal at short lengths, slower for d64; `bench/NOTES.md`). Set only when on.
 pub const WARP_SKIP: &str = "warpskip";
 
+/// Switch: FA4's lazy rescaling (`portable/softmax.cuh`): a warp rescales O only when a
+/// row's max grows by more than 2^8, which saves one FMUL per accumulator on most key
+/// blocks at a vote per block. Set only when on.
+pub const LAZY: &str = "lazy";
+
 /// (block_m, warps): each warp owns 16 or 32 query rows.
 const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
 const BLOCK_N: &[u32] = &[32, 64, 128];
@@ -42,10 +47,18 @@ const PAD_ROWS: u32 = 2;
 /// The `q_in_regs` argument of [`config`] for a warp-skipping config without Q in registers.
 const SKIPPING: u32 = 3;
 
+/// Or-ed onto any `q_in_regs` argument of [`config`]: the config rescales lazily.
+const LAZY_RESCALE: u32 = 8;
+
 /// A config; `q_in_regs` 0 or 1 sets that switch, [`PAD_ROWS`] picks padded rows instead
-/// and [`SKIPPING`] warp skipping.
+/// and [`SKIPPING`] warp skipping; [`LAZY_RESCALE`] or-ed onto either adds lazy rescaling.
 fn config(block_m: u32, warps: u32, block_n: u32, stages: u32, q_in_regs: u32) -> TileConfig {
+    let lazy = q_in_regs & LAZY_RESCALE != 0;
+    let q_in_regs = q_in_regs & !LAZY_RESCALE;
     let mut switches = BTreeMap::from([(Q_IN_REGS.to_string(), q_in_regs.min(1))]);
+    if lazy {
+        switches.insert(LAZY.to_string(), 1);
+    }
     if q_in_regs == PAD_ROWS || q_in_regs == SKIPPING {
         switches.insert(Q_IN_REGS.to_string(), 0);
         let switch = if q_in_regs == PAD_ROWS {
@@ -95,6 +108,31 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
                 let mut c = config(block_m, warps, block_n, stages, 0);
                 c.switches.insert(PACK_GQA.to_string(), 1);
                 out.push(c);
+            }
+        }
+    }
+    // Lazy twins of the tiles the picks use (64 or fewer keys, and 128 keys over 8 warps:
+    // the rescale's share of a block's instructions is largest where O is wide and the
+    // block short), unpadded and padded.
+    for &(block_m, warps) in BLOCK_M_WARPS {
+        for block_n in [32, 64, 128] {
+            if block_n == 128 && warps != 8 {
+                continue;
+            }
+            for &stages in STAGES {
+                for q_in_regs in [0, 1, PAD_ROWS] {
+                    let swizzles = spec.head_dim % 64 == 0 && spec.head_dim_v % 64 == 0;
+                    if q_in_regs == PAD_ROWS && (stages != 1 || block_n == 32 || !swizzles) {
+                        continue;
+                    }
+                    out.push(config(
+                        block_m,
+                        warps,
+                        block_n,
+                        stages,
+                        q_in_regs | LAZY_RESCALE,
+                    ));
+                }
             }
         }
     }
@@ -221,6 +259,9 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // d128 causal gains at 512 only (1.10x) and loses 3% from 4096 on, d64, d192 and
     // d256 lose: theirs stay off, the tuner decides per length
     // (`bench/results/2026-11-30-h200-{d3226a7-warpskip,99f8474}-*`, `tuning-db/`).
+    // LAZY_RESCALE on d128's 128x64 tile: 1.04 to 1.11x unmasked, 1.00 to 1.03x causal
+    // (padded: the swizzled lazy tile spills there), and its plain twin now spills
+    // (`bench/results/2026-12-03-h200-7a6e420-dirty-portable-lazy-ab-*`).
     let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
         (..=64, MaskKind::Local, _) => &[],
         (..=64, _, _) => &[(128, 4, 64, 1, 1)],
@@ -231,7 +272,8 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
         (..=96, _, _) => &[],
         (..=128, MaskKind::Local, false) => &[(128, 4, 64, 2, SKIPPING)],
         (..=128, MaskKind::Local, true) => &[],
-        (..=128, _, false) => &[(128, 4, 64, 1, 0)],
+        (..=128, MaskKind::None, false) => &[(128, 4, 64, 1, LAZY_RESCALE)],
+        (..=128, _, false) => &[(128, 4, 64, 1, PAD_ROWS | LAZY_RESCALE)],
         (..=128, _, true) => &[(128, 4, 64, 1, PAD_ROWS)],
         // d192 (its 128x128 tile spills): 128x64 over 8 warps; without skipping, which
         // cost 18% there. With softcap d256's causal pick, padded (swizzled it spills).
@@ -321,6 +363,7 @@ pub(super) fn render_values(
             "warp_skip",
             json!(c.switch(WARP_SKIP, 0) == 1 && spec.mask != MaskKind::None),
         ),
+        ("lazy", json!(c.switch(LAZY, 0) == 1)),
         ("swizzle", json!(swizzled(spec, c))),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
@@ -388,6 +431,37 @@ mod tests {
         // d64 loses with it: its default does not skip.
         let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
         assert_eq!(default_config(&spec).switch(WARP_SKIP, 0), 0);
+    }
+
+    #[test]
+    fn lazy_rescaling_is_a_twin_of_the_plain_tiles() {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+        let all = candidates(&spec);
+        let lazy: Vec<_> = all.iter().filter(|c| c.switch(LAZY, 0) == 1).collect();
+        assert_eq!(lazy.len(), 46);
+        // Every lazy config is a plain one with the switch on: no lazy-only shape.
+        for c in &lazy {
+            let mut plain = (*c).clone();
+            plain.switches.remove(LAZY);
+            assert!(all.contains(&plain), "{c:?} has no plain twin");
+        }
+        // Padded lazy twins only where rows could be swizzled instead.
+        let d96 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 96, MaskKind::None);
+        assert!(candidates(&d96)
+            .iter()
+            .all(|c| c.switch(LAZY, 0) == 0 || c.switch(PADDED, 0) == 0));
+        // d128's default rescales lazily, and the rendered kernel is told so; plain
+        // configs render `lazy = false`, so their source (and machine code) is unchanged.
+        for mask in [MaskKind::None, MaskKind::Causal] {
+            let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, mask);
+            let c = default_config(&spec);
+            assert_eq!(c.switch(LAZY, 0), 1, "{mask:?}");
+            let values = render_values(&spec, &c, &check(&spec, &c).unwrap());
+            assert!(values.contains(&("lazy", json!(true))));
+        }
+        let plain = config(128, 4, 64, 1, 0);
+        let values = render_values(&spec, &plain, &check(&spec, &plain).unwrap());
+        assert!(values.contains(&("lazy", json!(false))));
     }
 
     #[test]

@@ -21,18 +21,15 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
+#include "fa4/common/tile_copy.cuh"
 #include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/schedule.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
 #include "fa4/hopper/load.cuh"
-#include "fa4/portable/kernel.cuh"  // store_rows, BlockScalars
 
 namespace fa4 {
 namespace hopper {
-
-using portable::BlockScalars;
-using portable::store_rows;
 
 template <class Config>
 __device__ __forceinline__ void forward(const FwdParams& params) {
@@ -87,8 +84,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
     const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
 
-    using KCopy = TileCopy<T::kBlockN, typename T::LayoutK, T::kThreads, !T::kCompactLoads>;
-    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, !T::kCompactLoads>;
+    constexpr StepAddress kStepForm = T::kCompactLoads ? StepAddress::kMad64 : StepAddress::kHoisted32;
+    using KCopy = TileCopy<T::kBlockN, typename T::LayoutK, T::kThreads, kStepForm>;
+    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, kStepForm>;
     const KCopy k_copy(tid);
     const VCopy v_copy(tid);
     const u32 q_smem_addr = smem_u32(q_smem);

@@ -33,6 +33,7 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
+#include "fa4/common/tile_copy.cuh"
 #include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/load.cuh"
 #include "fa4/hopper/pipeline.cuh"
@@ -40,7 +41,6 @@
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
-#include "fa4/portable/kernel.cuh"  // store_rows
 
 namespace fa4 {
 namespace hopper {

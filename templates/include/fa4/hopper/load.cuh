@@ -3,13 +3,10 @@
 #pragma once
 
 #include "fa4/common/seqlen.cuh"
-#include "fa4/portable/kernel.cuh"  // TileCopy, load_kv_tile
+#include "fa4/common/tile_copy.cuh"
 
 namespace fa4 {
 namespace hopper {
-
-using portable::load_kv_tile;
-using portable::TileCopy;
 
 // Keys key_begin .. key_begin + kBlockN of one K or V head into `slot`, rows past `valid`
 // zero-filled. Paged K/V: pages of one key are looked up once per row (load_paged), pages

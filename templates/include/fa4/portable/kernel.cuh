@@ -9,7 +9,8 @@
 //   QK GEMM   S = Q K^T                         (registers, f32); soft-capped if asked
 //   mask      only on blocks that straddle a mask edge or the end of the keys
 //   softmax   running max and sum; P = exp2(S * scale_log2 - max * scale_log2)
-//   PV GEMM   O = O * rescale + P V             (P packed to 16 bit straight from S)
+//   PV GEMM   O = O * rescale + P V             (P packed to 16 bit straight from S;
+//             kLazy: a warp whose rows' max held skips the rescale)
 //   epilogue  O / rowsum (sink logits join the rowsum) through shared memory to
 //             global; LSE per row
 #pragma once
@@ -18,181 +19,15 @@
 #include "fa4/common/params.cuh"
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
-#include "fa4/common/softmax.cuh"
+#include "fa4/common/tile_copy.cuh"
 #include "fa4/portable/layout.cuh"
+#include "fa4/portable/softmax.cuh"
 #include "fa4/portable/traits.cuh"
 
 namespace fa4 {
 namespace portable {
 
-// ---- load / store of row-major tiles, 16 bytes per thread per step ----------------------
-
-// Copies a kRows x kCols row-major global tile into padded shared memory, 16 bytes per
-// cp.async. Which chunks a thread copies never changes, so its offsets are computed once
-// per kernel and a tile load is an add per step: this keeps address arithmetic out of
-// the registers the accumulators need. Rows >= valid_rows are zero-filled without
-// touching global memory.
-//
-// kStepOffsets32: the steps add 32-bit offsets to one 64-bit address per thread (fewer
-// instructions; the host keeps row strides below 2^24 elements so a tile's span fits),
-// instead of a 64-bit multiply-add per step (fewer registers live: ptxas hoists the
-// 32-bit form's addresses).
-template <int kRows, class Layout, int kThreads, bool kStepOffsets32 = false>
-struct TileCopy {
-    static constexpr int kCols = Layout::kCols;
-    static constexpr int kPitch = Layout::kPitch;
-    static constexpr int kChunksPerRow = kCols / 8;
-    static constexpr int kChunks = kRows * kChunksPerRow;
-    static constexpr int kSteps = CeilDiv<kChunks, kThreads>::value;
-    // Each step covers whole rows when the thread count is a multiple of the row's chunks.
-    static constexpr bool kWholeRows = kThreads % kChunksPerRow == 0;
-    static constexpr int kRowsPerStep = kWholeRows ? kThreads / kChunksPerRow : 0;
-
-    int tid;
-    int row;  // first row this thread copies
-    int col;  // its column, elements
-
-    __device__ __forceinline__ explicit TileCopy(int tid_) : tid(tid_) {
-        row = tid / kChunksPerRow;
-        col = (tid % kChunksPerRow) * 8;
-    }
-
-    __device__ __forceinline__ void load(u32 smem_tile, const u16* gmem_tile, i64 row_stride,
-                                         int valid_rows) const {
-        if constexpr (kWholeRows) {
-            const u16* const gmem_thread = gmem_tile + row * row_stride + col;
-            const u32 step_elems = u32(kRowsPerStep) * u32(row_stride);
-#pragma unroll
-            for (int step = 0; step < kSteps; ++step) {
-                const int r = row + step * kRowsPerStep;
-                if (kRows % kRowsPerStep == 0 || r < kRows) {
-                    const bool valid = r < valid_rows;
-                    const u16* src;
-                    if constexpr (kStepOffsets32) {
-                        src = valid ? gmem_thread + u32(step) * step_elems : gmem_tile;
-                    } else {
-                        src = gmem_tile + (valid ? r * row_stride + col : 0);
-                    }
-                    cp_async_16(smem_tile + u32(Layout::offset(r, col)) * 2, src, valid);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int step = 0; step < kSteps; ++step) {
-                const int chunk = step * kThreads + tid;
-                if (kChunks % kThreads == 0 || chunk < kChunks) {
-                    const int r = chunk / kChunksPerRow;
-                    const int c = (chunk % kChunksPerRow) * 8;
-                    const bool valid = r < valid_rows;
-                    const u16* src = gmem_tile + (valid ? r * row_stride + c : 0);
-                    cp_async_16(smem_tile + u32(Layout::offset(r, c)) * 2, src, valid);
-                }
-            }
-        }
-    }
-
-    // Pages of one key (SGLang's default): the page of each of this thread's rows, per
-    // step, looked up once per tile without a division and used for both K and V.
-    struct PagedRows {
-        int page[kSteps];
-    };
-
-    __device__ __forceinline__ PagedRows locate(const PageTable& pages, int key_begin, int valid_rows) const {
-        PagedRows p;
-#pragma unroll
-        for (int step = 0; step < kSteps; ++step) {
-            const int r = (step * kThreads + tid) / kChunksPerRow;
-            const bool valid = r < valid_rows && (kChunks % kThreads == 0 || step * kThreads + tid < kChunks);
-            p.page[step] = valid ? pages.pages[key_begin + r] : 0;
-        }
-        return p;
-    }
-
-    __device__ __forceinline__ void load_paged(u32 smem_tile, const u16* gmem, const PagedRows& p, i64 page_stride,
-                                               int valid_rows) const {
-#pragma unroll
-        for (int step = 0; step < kSteps; ++step) {
-            const int chunk = step * kThreads + tid;
-            if (kChunks % kThreads == 0 || chunk < kChunks) {
-                const int r = chunk / kChunksPerRow;
-                const int c = (chunk % kChunksPerRow) * 8;
-                const bool valid = r < valid_rows;
-                const u16* src = valid ? gmem + p.page[step] * page_stride + c : gmem;
-                cp_async_16(smem_tile + u32(Layout::offset(r, c)) * 2, src, valid);
-            }
-        }
-    }
-
-    // The same copy for rows scattered in memory (pack-GQA's Q): `row_ptr(r)`
-    // gives the start of row r and is only asked for rows < valid_rows; the rest are
-    // zero-filled from `any_row`, which is never read.
-    template <class RowPtr>
-    __device__ __forceinline__ void load_rows(u32 smem_tile, const u16* any_row, RowPtr row_ptr,
-                                              int valid_rows) const {
-#pragma unroll
-        for (int step = 0; step < kSteps; ++step) {
-            const int chunk = step * kThreads + tid;
-            if (kChunks % kThreads == 0 || chunk < kChunks) {
-                const int r = chunk / kChunksPerRow;
-                const int c = (chunk % kChunksPerRow) * 8;
-                const bool valid = r < valid_rows;
-                const u16* src = valid ? row_ptr(r) + c : any_row;
-                cp_async_16(smem_tile + u32(Layout::offset(r, c)) * 2, src, valid);
-            }
-        }
-    }
-};
-
-// One K or V tile (keys key_begin ..) into its ring slot: a strided copy from the
-// sequence, or for paged K/V from the one page that holds the tile (pages of a multiple
-// of kBlockN keys). Tiles spread over several pages take their rows one by one
-// (TileCopy::load_rows, or load_paged for pages of one key).
-template <bool kPaged, int kBlockN, class Copy>
-__device__ __forceinline__ void load_kv_tile(const Copy& copy, u32 slot, const u16* gmem, i64 row_stride,
-                                             i64 page_stride, const PageTable& pages, int key_begin,
-                                             int valid_rows) {
-    if constexpr (kPaged) {
-        copy.load(slot, gmem + pages.row_offset(key_begin, page_stride, row_stride), row_stride, valid_rows);
-    } else {
-        copy.load(slot, gmem + i64(key_begin) * row_stride, row_stride, valid_rows);
-    }
-}
-
-// Rows [0, valid_rows) of a shared-memory tile out to global memory, 16 bytes per
-// thread per step; row r goes to row_ptr(r) (rows scattered in memory: pack-GQA's O).
-template <int kRows, class Layout, int kThreads, class RowPtr>
-__device__ __forceinline__ void store_rows(RowPtr row_ptr, const u16* smem, int valid_rows, int tid) {
-    constexpr int kChunksPerRow = Layout::kCols / 8;
-    constexpr int kChunks = kRows * kChunksPerRow;
-#pragma unroll
-    for (int step = 0; step < CeilDiv<kChunks, kThreads>::value; ++step) {
-        const int chunk = step * kThreads + tid;
-        if (kChunks % kThreads == 0 || chunk < kChunks) {
-            const int row = chunk / kChunksPerRow;
-            const int col = (chunk % kChunksPerRow) * 8;
-            if (row < valid_rows) {
-                *reinterpret_cast<Vec16*>(row_ptr(row) + col) =
-                    *reinterpret_cast<const Vec16*>(smem + Layout::offset(row, col));
-            }
-        }
-    }
-}
-
-// The same store into rows row_stride apart.
-template <int kRows, class Layout, int kThreads>
-__device__ __forceinline__ void store_tile(u16* gmem, i64 row_stride, const u16* smem, int valid_rows, int tid) {
-    store_rows<kRows, Layout, kThreads>([&](int r) { return gmem + r * row_stride; }, smem, valid_rows, tid);
-}
-
 // ---- the kernel body ---------------------------------------------------------------------
-
-// Per-block values the main loop reads once per key block (see forward()).
-struct BlockScalars {
-    int seqlen_q;     // this sequence's queries and keys
-    int seqlen_k;
-    int query_first;  // the queries of the block's first and last rows
-    int query_last;
-};
 
 template <class Config>
 __device__ __forceinline__ void forward(const FwdParams& params) {
@@ -259,15 +94,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
     const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
 
-    using KCopy = TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, !T::kCompactLoads>;
-    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, !T::kCompactLoads>;
+    // The largest accumulator tiles (Traits::kCompactLoads) cannot hold hoisted step
+    // offsets: theirs are recomputed per tile.
+    constexpr StepAddress kStepForm = T::kCompactLoads ? StepAddress::kOpaque32 : StepAddress::kHoisted32;
+    using KCopy = TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, kStepForm>;
+    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, kStepForm>;
     const KCopy k_copy(tid);
     const VCopy v_copy(tid);
     const u32 k_smem_addr = smem_u32(k_smem);
     const u32 v_smem_addr = smem_u32(v_smem);
     // Only the first key block visited (the highest keys) can run past the end of the
     // keys: every later one is whole, so the main loop's loads (`whole` set) need no row
-    // count (except in the compact form, see Traits::kCompactLoads).
+    // count.
     // Paged K/V with one key per page: load_k looks the tile's rows up and load_v
     // reuses them (V(t) is always loaded after K(t) and before K(t+1)). Other page
     // sizes that split a tile look each row up as they copy it.
@@ -278,7 +116,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     typename KCopy::PagedRows paged_rows;
     auto load_k = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        const int valid = whole && !T::kCompactLoads ? T::kBlockN : block_scalars->seqlen_k - key_begin;
+        const int valid = whole ? T::kBlockN : block_scalars->seqlen_k - key_begin;
         const u32 slot = k_smem_addr + (tile % kStages) * T::kSmemK * 2;
         if constexpr (T::kPaged) {
             if (page_table.page_size == 1) {
@@ -298,7 +136,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     };
     auto load_v = [&](int tile, bool whole) {
         const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        const int valid = whole && !T::kCompactLoads ? T::kBlockN : block_scalars->seqlen_k - key_begin;
+        const int valid = whole ? T::kBlockN : block_scalars->seqlen_k - key_begin;
         const u32 slot = v_smem_addr + (tile % kStages) * T::kSmemV * 2;
         if constexpr (T::kPaged) {
             if (page_table.page_size % T::kBlockN != 0 && page_table.page_size != 1) {
@@ -369,7 +207,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] = 0.f;
 
-    OnlineSoftmax<kMTiles, kNTiles> softmax;
+    Softmax<kMTiles, kNTiles, T::kLazy> softmax;
     softmax.init();
     u32 q_frag[T::kQInRegs ? kMTiles : 1][T::kQInRegs ? T::kQkSteps : 1][4];
 
@@ -498,13 +336,14 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 
             // ---- online softmax; rescale what O holds so far ---------------------------
             float o_scale[2 * kMTiles];
-            softmax.update(s, score_scale_log2, o_scale);
+            if (softmax.update(s, score_scale_log2, o_scale)) {
 #pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt)
+                for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-                for (int ot = 0; ot < kOTiles; ++ot)
+                    for (int ot = 0; ot < kOTiles; ++ot)
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+                        for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+            }
         }  // warp_visits
 
         cp_async_wait<kWaitV>();  // V(tile) has landed for this thread ...

@@ -55,13 +55,5 @@ struct SmemLayout {
     }
 };
 
-// Hides a value from the optimiser so that what is derived from it is recomputed where
-// it is used: the swizzled ldmatrix addresses are one XOR each, and hoisted out of the
-// main loop they would take registers the accumulators need.
-__device__ __forceinline__ u32 opaque(u32 x) {
-    asm volatile("" : "+r"(x));
-    return x;
-}
-
 }  // namespace portable
 }  // namespace fa4

@@ -28,6 +28,7 @@ struct Traits {
     static constexpr bool kPaged = Config::kPaged;       // K/V through a page table
     static constexpr bool kPackGqa = Config::kPackGqa;   // rows = (query, head) of one KV head
     static constexpr bool kWarpSkip = Config::kWarpSkip; // warps skip masked blocks they cannot see
+    static constexpr bool kLazy = Config::kLazy;         // rescale O only when a row's max grows 2^8
 
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = kBlockM / kWarps;
@@ -37,10 +38,9 @@ struct Traits {
     static constexpr int kQkSteps = kHeadDim / 16;     // k-steps of S = Q K^T
     static constexpr int kPvSteps = kBlockN / 16;      // k-steps of O += P V
 
-    // f32 accumulator registers per thread (O and S). Tiles past 160 keep the compact
-    // K/V load form: the faster one (no row count in the main loop, 32-bit step
-    // offsets) lets ptxas hoist addresses, which spills the tiles at the 255-register
-    // limit (d128 128x64, measured in bench/NOTES.md).
+    // f32 accumulator registers per thread (O and S). Tiles past 160 form their K/V
+    // loads' step offsets anew each tile (StepAddress::kOpaque32): the hoisted form
+    // spills them at the 255-register limit (d128 128x64, measured in bench/NOTES.md).
     static constexpr int kAccumulatorRegs = kMTiles * (kOTiles + kNTiles) * 4;
     static constexpr bool kCompactLoads = kAccumulatorRegs > 160;
 

@@ -1,0 +1,79 @@
+// The portable kernel's online softmax: common/softmax.cuh's, with FA4's lazy rescaling
+// as a compile-time option.
+//
+// The mma.sync kernel is bound by instruction issue (bench/NOTES.md): rescaling O costs
+// one FMUL per accumulator per key block, 2 x head_dim / 8 per thread per row pair
+// (128 at d128 over 32 rows per warp, as many as its 64 scores take for max, exp2 and
+// sum). With kLazy a row keeps the max O is scaled to until a key block raises it by more
+// than kLazyRescaleLog2 (log2 units); the warp votes, and skips the rescale when none of
+// its rows moved. p then stays at most 2^8, well inside 16 bits, and the sum and the LSE
+// follow the max actually used: the same softmax. Without kLazy update() is
+// OnlineSoftmax's and always says "rescale", so those kernels keep their machine code.
+//
+// (The Hopper template's RescalingSoftmax makes the same test for its one 16-row slice
+// per warp; this one serves one or two slices. Kept apart so that the portable switch
+// leaves every Hopper kernel's name and tuning record alone.)
+#pragma once
+
+#include "fa4/common/softmax.cuh"
+
+namespace fa4 {
+namespace portable {
+
+constexpr float kLazyRescaleLog2 = 8.f;
+
+template <int kMTiles, int kNTiles, bool kLazy>
+struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
+    using Base = OnlineSoftmax<kMTiles, kNTiles>;
+    using Base::kRows;
+    using Base::row_max;
+    using Base::row_sum;
+
+    // Scores of one key block to unnormalised probabilities, in place; per row the factor
+    // for O so far. Returns whether the warp must rescale O (the same on every lane).
+    __device__ __forceinline__ bool update(float (&s)[kMTiles][kNTiles][4], float scale_log2,
+                                           float (&o_scale)[kRows]) {
+        if constexpr (!kLazy) {
+            Base::update(s, scale_log2, o_scale);
+            return true;
+        } else {
+            bool grew_any = false;
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = mt * 2 + h;
+                    float mx = row_max[r];
+#pragma unroll
+                    for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+                    mx = quad_max(mx);
+                    // From -inf the difference is +inf (NaN while every key so far was
+                    // masked, and then mx is -inf too): the row takes the new max.
+                    if (mx * scale_log2 - row_max[r] * scale_log2 <= kLazyRescaleLog2) mx = row_max[r];
+                    // A row that has seen only masked keys keeps max = -inf; offset by 0
+                    // then, so every p is exp2(-inf) = 0 instead of NaN.
+                    const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
+                    const bool grew = mx != row_max[r];
+                    o_scale[r] = grew ? exp2_approx(row_max[r] * scale_log2 - offset) : 1.f;
+                    grew_any |= grew;
+                    row_max[r] = mx;
+                    float sum = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                            const float p = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -offset));
+                            s[mt][nt][e] = p;
+                            sum += p;
+                        }
+                    }
+                    row_sum[r] = row_sum[r] * o_scale[r] + sum;
+                }
+            }
+            return __any_sync(0xffffffffu, grew_any);
+        }
+    }
+};
+
+}  // namespace portable
+}  // namespace fa4
