@@ -380,3 +380,38 @@ fn pack_gqa_configs_compile() {
         assert!(k.footprint.pack_gqa);
     }
 }
+
+/// Lazy rescaling (a portable switch the space enumerates) compiles on the tiles it was
+/// measured on: d128's 128x64 over 4 warps (the default, whose accumulators take the
+/// per-tile K/V addresses) and d256's 64x64 over 4 warps, without spills.
+#[test]
+fn lazy_rescaling_configs_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let renderer = Renderer::embedded().unwrap();
+    let build = BuildDir::new(dir.path());
+    let mut planned = Vec::new();
+    for (d, block_m, warps) in [(128, 128, 4), (256, 64, 4)] {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, d, MaskKind::None);
+        let p = space::plan(Template::Portable, &spec)
+            .into_iter()
+            .find(|p| {
+                let c = &p.candidate.config;
+                c.switch("lazy", 0) == 1
+                    && c.switch("qregs", 0) == 0
+                    && c.switch("pad", 0) == 0
+                    && (c.block_m, c.warps, c.block_n, c.stages) == (block_m, warps, 64, 1)
+            })
+            .unwrap();
+        planned.push(p);
+    }
+    let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
+    assert!(summary.failures.is_empty());
+    let report = build.load_report(Arch::Sm90).unwrap().unwrap();
+    assert_eq!(report.kernels.len(), 2, "{:?}", report.rejected);
+    for k in &report.kernels {
+        assert!(k.id.0.contains("lazy1"), "{}", k.id.0);
+        assert_eq!(k.resources.spill_stores, 0, "{}", k.id.0);
+        let src = std::fs::read_to_string(dir.path().join(&k.source)).unwrap();
+        assert!(src.contains("kLazy = true"), "{}", k.id.0);
+    }
+}
