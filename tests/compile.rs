@@ -351,8 +351,6 @@ fn corrupt_report_is_an_error_not_a_rebuild() {
 #[test]
 fn pack_gqa_configs_compile() {
     let dir = tempfile::tempdir().unwrap();
-    let renderer = Renderer::embedded().unwrap();
-    let build = BuildDir::new(dir.path());
     let mut planned = Vec::new();
     for (d, mask) in [(64, MaskKind::Local), (128, MaskKind::Causal)] {
         let spec = KernelSpec {
@@ -371,10 +369,7 @@ fn pack_gqa_configs_compile() {
         assert!(p.verdict.as_ref().unwrap().pack_gqa);
         planned.push(p);
     }
-    let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
-    assert!(summary.failures.is_empty());
-    let report = build.load_report(Arch::Sm90).unwrap().unwrap();
-    assert_eq!(report.kernels.len(), 2, "{:?}", report.rejected);
+    let report = compile_all_cleanly(dir.path(), &planned);
     for k in &report.kernels {
         assert!(k.id.0.contains("packgqa1"), "{}", k.id.0);
         assert!(k.footprint.pack_gqa);
@@ -387,8 +382,6 @@ fn pack_gqa_configs_compile() {
 #[test]
 fn lazy_rescaling_configs_compile() {
     let dir = tempfile::tempdir().unwrap();
-    let renderer = Renderer::embedded().unwrap();
-    let build = BuildDir::new(dir.path());
     let mut planned = Vec::new();
     for (d, block_m, warps) in [(128, 128, 4), (256, 64, 4)] {
         let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, d, MaskKind::None);
@@ -404,14 +397,23 @@ fn lazy_rescaling_configs_compile() {
             .unwrap();
         planned.push(p);
     }
-    let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
-    assert!(summary.failures.is_empty());
-    let report = build.load_report(Arch::Sm90).unwrap().unwrap();
-    assert_eq!(report.kernels.len(), 2, "{:?}", report.rejected);
+    let report = compile_all_cleanly(dir.path(), &planned);
     for k in &report.kernels {
         assert!(k.id.0.contains("lazy1"), "{}", k.id.0);
         assert_eq!(k.resources.spill_stores, 0, "{}", k.id.0);
         let src = std::fs::read_to_string(dir.path().join(&k.source)).unwrap();
         assert!(src.contains("kLazy = true"), "{}", k.id.0);
     }
+}
+
+/// Compiles `planned` (sm90) into `dir` and returns the report, asserting that every
+/// kernel built and none was set aside.
+fn compile_all_cleanly(dir: &std::path::Path, planned: &[space::Planned]) -> compile::Report {
+    let renderer = Renderer::embedded().unwrap();
+    let build = BuildDir::new(dir);
+    let summary = compile::build(&nvrtc(), &renderer, &build, planned, &Silent).unwrap();
+    assert!(summary.failures.is_empty());
+    let report = build.load_report(Arch::Sm90).unwrap().unwrap();
+    assert_eq!(report.kernels.len(), planned.len(), "{:?}", report.rejected);
+    report
 }
