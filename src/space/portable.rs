@@ -91,7 +91,7 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // Padded-row variants of the one-stage tiles, where rows could be swizzled: the
     // swizzle's XORs cost registers that some tiles (d256 128x128) miss more than they
     // gain from whole-line copies.
-    if spec.head_dim % 64 == 0 && spec.head_dim_v % 64 == 0 {
+    if can_swizzle(spec) {
         for &(block_m, warps) in BLOCK_M_WARPS {
             for block_n in [64, 128] {
                 let mut c = config(block_m, warps, block_n, 1, 0);
@@ -121,8 +121,8 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
             }
             for &stages in STAGES {
                 for q_in_regs in [0, 1, PAD_ROWS] {
-                    let swizzles = spec.head_dim % 64 == 0 && spec.head_dim_v % 64 == 0;
-                    if q_in_regs == PAD_ROWS && (stages != 1 || block_n == 32 || !swizzles) {
+                    if q_in_regs == PAD_ROWS && (stages != 1 || block_n == 32 || !can_swizzle(spec))
+                    {
                         continue;
                     }
                     out.push(config(
@@ -153,7 +153,13 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
 /// dims that are multiples of 64) are swizzled and followed by 16 bytes of per-block
 /// scalars; other rows are padded by 8 elements (an odd pitch in 16-byte chunks).
 fn swizzled(spec: &KernelSpec, c: &TileConfig) -> bool {
-    spec.head_dim % 64 == 0 && spec.head_dim_v % 64 == 0 && c.switch(PADDED, 0) == 0
+    can_swizzle(spec) && c.switch(PADDED, 0) == 0
+}
+
+/// Whether rows of this spec are whole 128-byte lines, so that they may be swizzled
+/// (padding is then a choice, offered as the `pad` switch).
+fn can_swizzle(spec: &KernelSpec) -> bool {
+    spec.head_dim % 64 == 0 && spec.head_dim_v % 64 == 0
 }
 
 pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
