@@ -21,6 +21,7 @@
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/tile_copy.cuh"
 #include "fa4/portable/layout.cuh"
+#include "fa4/portable/row_walk.cuh"
 #include "fa4/portable/softmax.cuh"
 #include "fa4/portable/traits.cuh"
 
@@ -94,11 +95,13 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
     const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
 
-    // The largest accumulator tiles (Traits::kCompactLoads) cannot hold hoisted step
-    // offsets: theirs are recomputed per tile.
+    // Rows split unevenly over the threads take the common copy. The largest accumulator
+    // tiles (Traits::kCompactLoads) cannot hold its hoisted step offsets: theirs are
+    // recomputed per tile.
     constexpr StepAddress kStepForm = T::kCompactLoads ? StepAddress::kOpaque32 : StepAddress::kHoisted32;
-    using KCopy = TileCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, kStepForm>;
-    using VCopy = TileCopy<T::kBlockN, typename T::LayoutV, T::kThreads, kStepForm>;
+    using KCopy = RowWalkCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, kStepForm>;
+    using VCopy = RowWalkCopy<T::kBlockN, typename T::LayoutV, T::kThreads, kStepForm>;
+    using QCopy = RowWalkCopy<T::kBlockM, typename T::LayoutQK, T::kThreads>;
     const KCopy k_copy(tid);
     const VCopy v_copy(tid);
     const u32 k_smem_addr = smem_u32(k_smem);
@@ -173,7 +176,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // Every stage commits its cp.async groups even when it has nothing to load, so the
     // wait counts below are the same constants on every iteration.
     {
-        const TileCopy<T::kBlockM, typename T::LayoutQK, T::kThreads> q_copy(tid);
+        const QCopy q_copy(tid);
         if constexpr (T::kPackGqa) {
             q_copy.load_rows(smem_u32(q_smem), q_gmem, [&](int r) {
                 const int row = row_begin + r;
@@ -396,17 +399,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         sink_log2[r] = T::kSinks ? params.sinks[head + row % kGroup] * kLog2e : neg_inf();
     }
     softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
+    // The thread's first fragment position; the others are a constant away (chunk_at).
+    const u32 o_frag = u32(LayoutV::offset(warp_row + quad_row, quad_col * 2)) * 2;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = warp_row + mt * 16 + h * 8 + quad_row;
             const float norm = o_norm[mt * 2 + h];
 #pragma unroll
             for (int ot = 0; ot < kOTiles; ++ot) {
-                const int col = ot * 8 + quad_col * 2;
-                *reinterpret_cast<u32*>(o_smem + LayoutV::offset(row, col)) = pack2<kBf16>(
-                    o_acc[mt][ot][2 * h] * norm, o_acc[mt][ot][2 * h + 1] * norm);
+                *reinterpret_cast<u32*>(reinterpret_cast<unsigned char*>(o_smem) +
+                                        LayoutV::chunk_at(o_frag, mt * 16 + h * 8, ot)) =
+                    pack2<kBf16>(o_acc[mt][ot][2 * h] * norm, o_acc[mt][ot][2 * h + 1] * norm);
             }
         }
     if (quad_col == 0) {
@@ -429,8 +433,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             },
             o_smem, seq_rows - row_begin, tid);
     } else {
-        store_tile<T::kBlockM, typename T::LayoutV, T::kThreads>(
-            o_gmem + i64(row_begin) * params.o_row_stride, params.o_row_stride, o_smem, seq_rows - row_begin, tid);
+        RowWalkCopy<T::kBlockM, typename T::LayoutV, T::kThreads>(tid).store(
+            o_gmem + i64(row_begin) * params.o_row_stride, params.o_row_stride, o_smem, seq_rows - row_begin);
     }
 }
 

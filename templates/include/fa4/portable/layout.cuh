@@ -41,16 +41,39 @@ struct SmemLayout {
         }
     }
 
-    // Byte offset of the lane's chunk in chunk pair `pair` (columns pair*16 ..) of the
-    // 16-row group starting at `row0` (a multiple of 8), from `base` = lane_base(...).
-    // Called with loop indices that unrolling makes constant: the padded form is then an
-    // immediate offset, the swizzled one an XOR with a constant plus an immediate.
-    __device__ __forceinline__ static u32 at(u32 base, int row0, int pair) {
-        const u32 row_bytes = u32(row0) * kPitch * 2;
+    // Byte offset of chunk `chunk` further right, `rows` rows further down (a multiple
+    // of 8), of the position whose byte offset is `base` (a byte offset from
+    // lane_base(), or any offset(row, col) * 2). Called with loop indices that unrolling
+    // makes constant: the padded form is then an immediate offset, the swizzled one an
+    // XOR with a constant plus an immediate.
+    __device__ __forceinline__ static u32 chunk_at(u32 base, int rows, int chunk) {
+        const u32 row_bytes = u32(rows) * kPitch * 2;
         if constexpr (kSwizzle) {
-            return (base ^ u32((pair & 3) * 32)) + row_bytes + u32(pair >> 2) * 128;
+            return (base ^ u32((chunk & 7) * 16)) + row_bytes + u32(chunk >> 3) * 128;
         } else {
-            return base + row_bytes + u32(pair) * 32;
+            return base + row_bytes + u32(chunk) * 16;
+        }
+    }
+
+    // The lane's chunk in chunk pair `pair` (columns pair*16 ..) of the 16-row group
+    // starting at `row0` (a multiple of 8), from `base` = lane_base(...).
+    __device__ __forceinline__ static u32 at(u32 base, int row0, int pair) { return chunk_at(base, row0, 2 * pair); }
+
+    // Whether row_step() can walk down a column in steps of kRows rows: any step in the
+    // padded form; in the swizzled one, steps that keep row % 8 (multiples of 8) or
+    // flip its bit 2 (4 rows; adding 4 to row % 8 never carries past bit 2).
+    template <int kRows>
+    static constexpr bool kWalks = !kSwizzle || kRows % 8 == 0 || kRows == 4;
+
+    // Byte offset of the chunk `step` * kRows rows below the one at byte offset `first`.
+    template <int kRows>
+    __device__ __forceinline__ static u32 row_step(u32 first, int step) {
+        static_assert(kWalks<kRows>, "a step the swizzle cannot take as a constant");
+        const u32 row_bytes = u32(step * kRows) * kPitch * 2;
+        if constexpr (kSwizzle && kRows % 8 != 0) {
+            return (first ^ u32((step & 1) * 64)) + row_bytes;
+        } else {
+            return first + row_bytes;
         }
     }
 };
