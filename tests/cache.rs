@@ -116,6 +116,13 @@ fn the_committed_cache_matches_the_tuning_db_and_templates() {
     let committed: Manifest = serde_json::from_str(&text).unwrap();
     let renderer = Renderer::embedded().unwrap();
     let archs: Vec<Arch> = committed.archs.keys().copied().collect();
+    // A build for one arch (`build-cache --arch sm90`) writes a manifest of that arch
+    // alone: the shipped cache would stop serving every other GPU.
+    assert_eq!(
+        archs,
+        Arch::ALL.to_vec(),
+        "generated/ must serve every arch: run `fa4-gen build-cache` without --arch"
+    );
     let specs = cache::specs(&archs, &Features::ALL);
     let mut records = export();
     records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
