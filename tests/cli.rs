@@ -704,6 +704,9 @@ fn sass_counts_the_main_loop_of_built_kernels() {
     // The default compiles without spills: no local-memory access in the loop or outside.
     assert_eq!(count("local"), 0, "{main}");
     assert_eq!(rows[0]["local_accesses"].as_u64(), Some(0), "{rows:?}");
+    // The whole kernel holds the loop and a prologue and epilogue beside it.
+    let total = rows[0]["instructions"].as_u64().unwrap();
+    assert!(total > count("instructions") + 100, "{rows:?}");
     let out = fa4_gen(dir.path(), &["sass", "--out", build, "--against", build]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
@@ -712,6 +715,16 @@ fn sass_counts_the_main_loop_of_built_kernels() {
         "{}",
         stdout(&out)
     );
+    // The row shows what lies outside the loop, and the same build matches it too.
+    let outside = (total - count("instructions")).to_string();
+    let row = stdout(&out)
+        .lines()
+        .find(|l| l.contains("hopper_sm90"))
+        .unwrap_or_default()
+        .to_string();
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(fields.get(5), Some(&outside.as_str()), "{row}");
+    assert_eq!(fields.get(6), Some(&"same"), "{row}");
     let out = fa4_gen(
         dir.path(),
         &["sass", "--out", dir.path().join("none").to_str().unwrap()],

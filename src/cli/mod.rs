@@ -654,8 +654,17 @@ fn id_without_hash(id: &str) -> &str {
 struct KernelSass {
     kernel: String,
     main_loop: Option<compile::sass::LoopCensus>,
+    /// Instructions in the whole kernel, each once (`sass::instruction_count`).
+    instructions: u32,
     /// LDL/STL anywhere in the kernel.
     local_accesses: u32,
+}
+
+impl KernelSass {
+    /// Instructions outside the main loop: once per block or work tile, or in outer loops.
+    fn outside_loop(&self) -> u32 {
+        self.instructions - self.main_loop.as_ref().map_or(0, |c| c.instructions)
+    }
 }
 
 fn sass_cmd(a: SassArgs) -> CliResult {
@@ -690,6 +699,7 @@ fn sass_cmd(a: SassArgs) -> CliResult {
                 KernelSass {
                     kernel: k.id.0.clone(),
                     main_loop: sass::main_loop(&text),
+                    instructions: sass::instruction_count(&text),
                     local_accesses: sass::local_accesses(&text),
                 },
             );
@@ -714,40 +724,58 @@ fn sass_cmd(a: SassArgs) -> CliResult {
         );
         return Ok(());
     }
-    // local: LDL/STL in the main loop / in the whole kernel (spills and their reloads).
+    // The main loop's census (one iteration); outside: the rest of the kernel, each
+    // instruction once; local: LDL/STL in the main loop / in the whole kernel (spills and
+    // their reloads). Against another build: the change of the loop and of the outside.
     println!(
-        "{:>6} {:>6} {:>5} {:>5} {:>7}  {}kernel (main loop, one iteration)",
+        "{:>6} {:>6} {:>5} {:>5} {:>7} {:>7}  {}kernel (main loop, one iteration)",
         "instr",
         "tensor",
         "mufu",
         "r2ur",
         "local",
-        if theirs.is_some() { "against  " } else { "" }
+        "outside",
+        if theirs.is_some() { "   against  " } else { "" }
     );
     let mut changed = 0;
     for (key, k) in &ours {
         let id = &k.kernel;
         let Some(c) = &k.main_loop else {
-            println!("{:>34}  {id} (no loop with tensor-core instructions)", "-");
+            println!(
+                "{:>34} {:>7}  {id} (no loop with tensor-core instructions)",
+                "-", k.instructions
+            );
             continue;
         };
         let against = match theirs.as_ref().map(|t| t.get(key)) {
             None => String::new(),
-            Some(Some(KernelSass {
-                main_loop: Some(o), ..
-            })) if o.instructions == c.instructions => format!("{:>7}  ", "same"),
-            Some(Some(KernelSass {
-                main_loop: Some(o), ..
-            })) => {
-                changed += 1;
-                format!("{:>+7}  ", c.instructions as i64 - o.instructions as i64)
+            Some(Some(
+                o @ KernelSass {
+                    main_loop: Some(ol),
+                    ..
+                },
+            )) => {
+                let (dl, dout) = (
+                    c.instructions as i64 - ol.instructions as i64,
+                    k.outside_loop() as i64 - o.outside_loop() as i64,
+                );
+                if dl == 0 && dout == 0 {
+                    format!("{:>10}  ", "same")
+                } else {
+                    changed += usize::from(dl != 0);
+                    format!("{:>10}  ", format!("{dl:+}/{dout:+}"))
+                }
             }
-            Some(_) => format!("{:>7}  ", "new"),
+            Some(_) => format!("{:>10}  ", "new"),
         };
         let local = format!("{}/{}", c.local, k.local_accesses);
         println!(
-            "{:>6} {:>6} {:>5} {:>5} {local:>7}  {against}{id}",
-            c.instructions, c.tensor, c.mufu, c.r2ur
+            "{:>6} {:>6} {:>5} {:>5} {local:>7} {:>7}  {against}{id}",
+            c.instructions,
+            c.tensor,
+            c.mufu,
+            c.r2ur,
+            k.outside_loop()
         );
     }
     if let Some(t) = &theirs {

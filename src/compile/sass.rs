@@ -168,6 +168,17 @@ fn instruction(line: &str) -> Option<(bool, &str)> {
     })
 }
 
+/// The kernel's instructions, each counted once wherever it sits (NOP padding left out).
+/// Those outside the main loop run once per work tile or per block: at 512 tokens a
+/// portable d256 block visits 4.5 key blocks, and its start and end (copies, O stores)
+/// took a quarter of its time (bench/NOTES.md).
+pub fn instruction_count(sass: &str) -> u32 {
+    sass.lines()
+        .filter_map(|line| instruction(line)?.1.split_whitespace().next())
+        .filter(|op| *op != "NOP")
+        .count() as u32
+}
+
 /// Local-memory loads and stores (LDL / STL) anywhere in `sass`: where ptxas spilled, and
 /// how often the spills are touched outside the main loop too.
 pub fn local_accesses(sass: &str) -> u32 {
@@ -232,6 +243,18 @@ mod tests {
         );
         let none = SASS.replace("STL [R1], R17", "MOV R3, R17");
         assert_eq!(local_accesses(&none), 1);
+    }
+
+    #[test]
+    fn the_kernel_count_takes_every_instruction_once_but_padding() {
+        assert_eq!(instruction_count(SASS), 16);
+        let padded = SASS.replace("EXIT ;", "EXIT ;\n        /*00a8*/                   NOP ;");
+        assert_eq!(instruction_count(&padded), 16);
+        let longer = SASS.replace(
+            "FADD R1, R1, R2 ;",
+            "FADD R1, R1, R2 ;\n        /*0068*/ IADD3 R1, R1, 0x1, RZ ;",
+        );
+        assert_eq!(instruction_count(&longer), 17);
     }
 
     #[test]
