@@ -138,40 +138,31 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
 /// How a kernel runs, in words: its warps' roles, how it loads and how its grid covers
 /// the work tiles.
 fn schedule(config: &TileConfig, fp: &Footprint) -> String {
-    const LAZY: &str = "O rescaled lazily";
     let warpgroups = fp.threads / 128;
     let warp_specialised = config.switch(switches::WARP_SPECIALIZED, 0) == 1;
-    let lazy = config.switch(switches::LAZY_RESCALE, 0) == 1;
-    let mut parts = if warp_specialised {
-        let mut p = vec![format!(
+    let mut parts = vec![if warp_specialised {
+        format!(
             "warp-specialised: a producer warpgroup and {} consumer warpgroup{}",
             warpgroups.saturating_sub(1),
             if warpgroups == 2 { "" } else { "s" }
-        )];
-        for (switch, what) in [
-            (switches::PINGPONG, "pingpong"),
-            (switches::OVERLAP, "softmax under the previous PV GEMM"),
-        ] {
-            if config.switch(switch, 0) == 1 {
-                p.push(what.to_string());
-            }
-        }
-        if lazy {
-            p.push(LAZY.to_string());
-        }
-        p.push(format!("a {}-stage K/V ring", config.stages));
-        p
+        )
     } else {
-        let mut p = vec![format!(
-            "every warp loads and computes ({} warps)",
-            fp.threads / 32
-        )];
-        // The portable kernel's lazy switch has the same name and meaning.
-        if lazy {
-            p.push(LAZY.to_string());
+        format!("every warp loads and computes ({} warps)", fp.threads / 32)
+    }];
+    // The portable kernel's lazy switch has the Hopper one's name and meaning; the other
+    // two exist on warp-specialised kernels only.
+    for (switch, what) in [
+        (switches::PINGPONG, "pingpong"),
+        (switches::OVERLAP, "softmax under the previous PV GEMM"),
+        (switches::LAZY_RESCALE, "O rescaled lazily"),
+    ] {
+        if config.switch(switch, 0) == 1 {
+            parts.push(what.to_string());
         }
-        p
-    };
+    }
+    if warp_specialised {
+        parts.push(format!("a {}-stage K/V ring", config.stages));
+    }
     parts.push(match (fp.tma_rows, warp_specialised) {
         (0, true) => "Q/K/V by the producer's cp.async".to_string(),
         (0, false) => "Q/K/V by cp.async".to_string(),
