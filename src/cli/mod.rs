@@ -662,8 +662,12 @@ struct KernelSass {
 
 impl KernelSass {
     /// Instructions outside the main loop: once per block or work tile, or in outer loops.
+    /// `instructions` leaves NOPs out, so the loop's NOPs are not taken off it.
     fn outside_loop(&self) -> u32 {
-        self.instructions - self.main_loop.as_ref().map_or(0, |c| c.instructions)
+        let in_loop = self.main_loop.as_ref().map_or(0, |c| {
+            c.instructions - c.opcodes.get("NOP").copied().unwrap_or(0)
+        });
+        self.instructions.saturating_sub(in_loop)
     }
 }
 
