@@ -212,6 +212,14 @@ fn median(values: &[f64]) -> f64 {
     }
 }
 
+/// What [`TuningDb::carry_unchanged`] did: records moved to the current template
+/// versions, and the keys of the stale records it left (some kernel of theirs changed).
+#[derive(Debug, Default, PartialEq)]
+pub struct CarrySummary {
+    pub carried: usize,
+    pub left: Vec<String>,
+}
+
 /// Everything measured for one key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
@@ -563,6 +571,54 @@ impl TuningDb {
         Ok((stamped, rewritten))
     }
 
+    /// Moves the records of other template versions than the current ones
+    /// (`current(template)`) to the current version where that changes no timing:
+    /// `built(record, config)` gives the current build's kernel of each candidate (its
+    /// id and code hash), and every candidate must be a timing of that kernel's machine
+    /// code. A template edit that leaves a spec's kernels alone (a comment, a switch its
+    /// configs do not use) so costs it no GPU time; a record with any candidate not built
+    /// now, failed, timed without a code hash or of other machine code stays as it is,
+    /// for `fa4-gen tune` (which keeps the timings of the unchanged kernels).
+    pub fn carry_unchanged(
+        &self,
+        current: impl Fn(crate::space::Template) -> String,
+        built: impl Fn(&Record, &TileConfig) -> Option<(String, String)>,
+    ) -> Result<CarrySummary, DbError> {
+        let mut summary = CarrySummary::default();
+        for mut record in self.records()? {
+            if !record.is_stale(&current) {
+                continue;
+            }
+            let renamed: Option<Vec<String>> = record
+                .candidates
+                .iter()
+                .map(|c| {
+                    let (id, code) = built(&record, &c.config)?;
+                    match &c.outcome {
+                        Outcome::Measured { code_hash, .. }
+                            if !code.is_empty() && *code_hash == code =>
+                        {
+                            Some(id)
+                        }
+                        _ => None,
+                    }
+                })
+                .collect();
+            match renamed {
+                Some(ids) => {
+                    for (c, id) in record.candidates.iter_mut().zip(ids) {
+                        c.kernel = id;
+                    }
+                    record.template_hash = current(record.template);
+                    self.put(&record)?;
+                    summary.carried += 1;
+                }
+                None => summary.left.push(record.key()),
+            }
+        }
+        Ok(summary)
+    }
+
     /// Removes the records measured with other template versions than the current ones
     /// (`current(template)` gives a template's hash); returns their keys.
     pub fn gc(
@@ -893,6 +949,63 @@ mod tests {
             ]
         );
         assert_eq!(db.stamp_code_hashes(code_of).unwrap(), (0, 0), "idempotent");
+    }
+
+    #[test]
+    fn stale_records_move_to_the_current_template_only_where_no_kernel_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        // Timed under template version "abc": k0, k1 and k2 with code hashes c0, c1, c2.
+        let same = record(&[Some(2.0), Some(1.0), Some(3.0)], 4096, "H200");
+        let changed = record(&[Some(2.0), Some(1.0), Some(3.0)], 8192, "H200");
+        let failed = record(&[Some(2.0), None], 16384, "H200");
+        let current = record(&[Some(2.0)], 1024, "H200");
+        for r in [&same, &changed, &failed] {
+            db.put(r).unwrap();
+        }
+        db.put(&Record {
+            template_hash: "new".into(),
+            ..current.clone()
+        })
+        .unwrap();
+        // The build of version "new": block_n picks the candidate; at 8192 tokens (a
+        // spec's record stands in for its own build here) the third kernel's code changed.
+        let built = |r: &Record, c: &TileConfig| {
+            let i = (c.block_n / 32).trailing_zeros();
+            let code = if r.bucket.seqlen == 8192 && i == 2 {
+                "other".to_string()
+            } else {
+                format!("c{i}")
+            };
+            Some((format!("new{i}"), code))
+        };
+        let summary = db.carry_unchanged(|_| "new".to_string(), built).unwrap();
+        assert_eq!(summary.carried, 1);
+        assert_eq!(summary.left, vec![changed.key(), failed.key()]);
+        let moved = db.get(&same.key()).unwrap().unwrap();
+        assert_eq!(moved.template_hash, "new");
+        let ids: Vec<&str> = moved.candidates.iter().map(|c| c.kernel.as_str()).collect();
+        assert_eq!(ids, ["new0", "new1", "new2"]);
+        // The timings and the winner are the record's own.
+        assert_eq!(
+            moved
+                .candidates
+                .iter()
+                .map(|c| &c.outcome)
+                .collect::<Vec<_>>(),
+            same.candidates
+                .iter()
+                .map(|c| &c.outcome)
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(db.get(&changed.key()).unwrap().unwrap(), changed);
+        assert_eq!(db.get(&failed.key()).unwrap().unwrap(), failed);
+        // A candidate the current build lacks keeps the record stale too.
+        let summary = db
+            .carry_unchanged(|_| "newer".to_string(), |_, _| None)
+            .unwrap();
+        assert_eq!(summary.carried, 0);
+        assert_eq!(summary.left.len(), 4);
     }
 
     #[test]

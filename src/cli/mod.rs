@@ -100,6 +100,15 @@ pub enum DbAction {
     Merge { other: PathBuf },
     /// Remove the records measured with other template versions than these.
     Gc,
+    /// Move the records of older template versions to the current ones where a build of
+    /// the current templates (`fa4-gen compile --out BUILD`) repeats the machine code of
+    /// every kernel they timed: a template edit that changes none of a spec's kernels
+    /// then costs its records no GPU time. The others stay for `fa4-gen tune`.
+    Carry {
+        /// Build folder of the current templates, covering the specs to carry.
+        #[arg(long)]
+        build: PathBuf,
+    },
     /// Give timings recorded without a code hash the one of their kernel in a build of
     /// the same templates (`fa4-gen compile --out BUILD`), so that the next template edit
     /// keeps the timings of the kernels it leaves alone.
@@ -1536,6 +1545,57 @@ fn db_cmd(a: DbArgs) -> CliResult {
             }
             let incoming = TuningDb::open(&other)?.records()?;
             report_merge(&a.db, db.merge_records(incoming)?);
+        }
+        DbAction::Carry { build } => {
+            let renderer = Renderer::embedded()?;
+            let current = |t: Template| renderer.template_hash(t).to_string();
+            let dir = BuildDir::new(&build);
+            // (template, spec, config tag) -> (kernel id, code hash), of the current
+            // template versions only.
+            let mut kernels: BTreeMap<(Template, String, String), (String, String)> =
+                BTreeMap::new();
+            for arch in Arch::ALL {
+                for k in dir
+                    .load_report(arch)?
+                    .map(|r| r.kernels)
+                    .unwrap_or_default()
+                {
+                    let c = &k.candidate;
+                    if k.template_hash == current(c.template) {
+                        kernels.insert(
+                            (c.template, c.spec.tag(), c.config.tag()),
+                            (k.id.0, k.code_hash),
+                        );
+                    }
+                }
+            }
+            if kernels.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "{}: no build of the current templates; run `fa4-gen compile --out {}` first",
+                    build.display(),
+                    build.display()
+                )));
+            }
+            let summary = db.carry_unchanged(current, |r, config| {
+                kernels
+                    .get(&(r.template, r.spec.tag(), config.tag()))
+                    .cloned()
+            })?;
+            println!(
+                "{} records carried to the current templates (their kernels' machine code is unchanged in {}); {} stale records left for `fa4-gen tune`",
+                summary.carried,
+                build.display(),
+                summary.left.len()
+            );
+            // Grouped by template and spec (the key's first two parts).
+            let mut specs: BTreeMap<String, usize> = BTreeMap::new();
+            for key in &summary.left {
+                let spec: Vec<&str> = key.splitn(3, '/').take(2).collect();
+                *specs.entry(spec.join("/")).or_default() += 1;
+            }
+            for (spec, n) in specs {
+                println!("  stale: {spec} ({n} records)");
+            }
         }
         DbAction::StampCode { build } => {
             let dir = BuildDir::new(&build);
