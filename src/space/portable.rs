@@ -37,6 +37,16 @@ pub const WARP_SKIP: &str = "warpskip";
 /// blocks at a vote per block. Set only when on.
 pub const LAZY: &str = "lazy";
 
+/// Switch (soft-capped specs): relieve the MUFU. FA4's exp2 emulation, every k-th
+/// 8-column fragment of P exponentiated by a polynomial on the FMA pipes instead of the
+/// MUFU (value k; absent: none), and the cap's multiply folded into the exponent's FMA.
+/// The tanh of soft-capping is a second MUFU op per score, and at d64 the MUFU then
+/// needs more cycles per key block than the GEMMs (`bench/NOTES.md`).
+pub const EXP2_EMU: &str = super::hopper::EXP2_EMU;
+
+/// Emulation shares offered to soft-capped specs: a half, a quarter or an eighth of the exp2s.
+const EXP2_EMU_EVERY: &[u32] = &[2, 4, 8];
+
 /// (block_m, warps): each warp owns 16 or 32 query rows.
 const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
 const BLOCK_N: &[u32] = &[32, 64, 128];
@@ -136,6 +146,26 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
             }
         }
     }
+    // Exp2-emulating twins, for soft-capped specs only, of the tiles their picks use (64
+    // or 128 keys, 1 or 2 stages, swizzled or padded): every other spec keeps its space.
+    if spec.features.softcap {
+        for &(block_m, warps) in BLOCK_M_WARPS {
+            for block_n in [64, 128] {
+                for stages in [1, 2] {
+                    for q_in_regs in [0, 1, PAD_ROWS] {
+                        if q_in_regs == PAD_ROWS && (stages != 1 || !can_swizzle(spec)) {
+                            continue;
+                        }
+                        for &k in EXP2_EMU_EVERY {
+                            let mut c = config(block_m, warps, block_n, stages, q_in_regs);
+                            c.switches.insert(EXP2_EMU.to_string(), k);
+                            out.push(c);
+                        }
+                    }
+                }
+            }
+        }
+    }
     // Warp-skipping variants of the tiles most causal and local picks use.
     if spec.mask != MaskKind::None {
         for &(block_m, warps) in BLOCK_M_WARPS {
@@ -218,6 +248,16 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             format!("{} stages (1 to 4 supported)", c.stages),
         );
     }
+    let emu = c.switch(EXP2_EMU, 0);
+    if emu != 0 && emu > c.block_n / 8 {
+        return reject(
+            RejectKind::Shape,
+            format!(
+                "exp2emu {emu}: every {emu}th of {} S fragments is none",
+                c.block_n / 8
+            ),
+        );
+    }
     let smem = smem_bytes(spec, c);
     let limit = spec.arch.max_smem_per_block();
     if smem > limit {
@@ -270,6 +310,9 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // (`bench/results/2026-12-03-h200-7a6e420-dirty-portable-lazy-ab-*`).
     let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
         (..=64, MaskKind::Local, _) => &[],
+        // Soft-capped d64: the two-stage twin, 1.06 to 1.07x the one-stage tile with the
+        // tanh (`bench/results/2026-12-03-h200-94226f4-emu-old.json`).
+        (..=64, _, true) => &[(128, 4, 64, 2, 1)],
         (..=64, _, _) => &[(128, 4, 64, 1, 1)],
         (..=96, MaskKind::Causal, false) => &[(128, 4, 64, 1, SKIPPING)],
         // d96 and d192: the configs with the best geomean over every bucket of their tune
@@ -370,6 +413,7 @@ pub(super) fn render_values(
             json!(c.switch(WARP_SKIP, 0) == 1 && spec.mask != MaskKind::None),
         ),
         ("lazy", json!(c.switch(LAZY, 0) == 1)),
+        ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("swizzle", json!(swizzled(spec, c))),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
@@ -468,6 +512,43 @@ mod tests {
         let plain = config(128, 4, 64, 1, 0);
         let values = render_values(&spec, &plain, &check(&spec, &plain).unwrap());
         assert!(values.contains(&("lazy", json!(false))));
+    }
+
+    #[test]
+    fn exp2_emulation_is_offered_to_soft_capped_specs_only() {
+        let emulating = |spec: &KernelSpec| {
+            candidates(spec)
+                .into_iter()
+                .filter(|c| c.switch(EXP2_EMU, 0) != 0)
+                .collect::<Vec<_>>()
+        };
+        let plain = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        assert!(emulating(&plain).is_empty());
+        let mut capped = plain;
+        capped.features.softcap = true;
+        let twins = emulating(&capped);
+        // 3 row splits x 2 key widths x (2 stages x 2 Q placements + 1 padded) x 3 shares.
+        assert_eq!(twins.len(), 90);
+        let all = candidates(&capped);
+        for c in &twins {
+            let mut base = c.clone();
+            base.switches.remove(EXP2_EMU);
+            assert!(all.contains(&base), "{c:?} has no plain twin");
+            // The switch costs no modelled resources: a twin fits where its base does.
+            assert_eq!(check(&capped, c).is_ok(), check(&capped, &base).is_ok());
+            if let Ok(fp) = check(&capped, c) {
+                let values = render_values(&capped, c, &fp);
+                assert!(values.contains(&("exp2_emu_every", json!(c.switch(EXP2_EMU, 0)))));
+            }
+        }
+        // Every config renders the value, 0 without the switch.
+        let c = config(128, 4, 64, 1, 1);
+        let values = render_values(&plain, &c, &check(&plain, &c).unwrap());
+        assert!(values.contains(&("exp2_emu_every", json!(0))));
+        // A share past the block's fragments would emulate nothing.
+        let mut c = config(128, 4, 32, 1, 0);
+        c.switches.insert(EXP2_EMU.to_string(), 8);
+        assert_eq!(check(&capped, &c).unwrap_err().kind, RejectKind::Shape);
     }
 
     #[test]

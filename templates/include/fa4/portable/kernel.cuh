@@ -9,6 +9,7 @@
 //   QK GEMM   S = Q K^T                         (registers, f32); soft-capped if asked
 //   mask      only on blocks that straddle a mask edge or the end of the keys
 //   softmax   running max and sum; P = exp2(S * scale_log2 - max * scale_log2)
+//             (kExp2EmuEvery: a share of the exp2s on the FMA pipes)
 //   PV GEMM   O = O * rescale + P V             (P packed to 16 bit straight from S;
 //             kLazy: a warp whose rows' max held skips the rescale)
 //   epilogue  O / rowsum (sink logits join the rowsum) through shared memory to
@@ -87,8 +88,12 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         if (tid == 0) *block_scalars = BlockScalars{seq.seqlen_q, seq.seqlen_k, query_first, query_last};
         __syncthreads();
     }
-    // With soft-capping the scores are scaled before the softmax sees them.
-    const float score_scale_log2 = T::kSoftcap ? kLog2e : params.scale_log2;
+    // Soft-capped scores reach the softmax as cap * tanh(S * scale / cap), or, where the
+    // MUFU is relieved (kCapFolded), as the tanh alone, the cap's multiply folded into
+    // the exponent's FMA. (Folded everywhere, d128's best soft-capped tile spills.)
+    constexpr bool kCapFolded = T::kSoftcap && T::kExp2EmuEvery > 0;
+    const float score_scale_log2 =
+        T::kSoftcap ? (kCapFolded ? params.softcap * kLog2e : kLog2e) : params.scale_log2;
 
     const u16* const q_gmem = static_cast<const u16*>(params.q) + seq.q_offset + head * params.q_head_stride;
     const u16* const k_gmem = static_cast<const u16*>(params.k) + seq.k_offset + kv_head * params.k_head_stride;
@@ -210,7 +215,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] = 0.f;
 
-    Softmax<kMTiles, kNTiles, T::kLazy> softmax;
+    Softmax<kMTiles, kNTiles, T::kLazy, T::kExp2EmuEvery> softmax;
     softmax.init();
     u32 q_frag[T::kQInRegs ? kMTiles : 1][T::kQInRegs ? T::kQkSteps : 1][4];
 
@@ -306,7 +311,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
                         for (int e = 0; e < 4; ++e)
-                            s[mt][nt][e] = params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
+                            s[mt][nt][e] = kCapFolded ? tanh_approx(s[mt][nt][e] * to_unit)
+                                                      : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
             }
 
             // ---- mask: only blocks that cross a mask edge or the end of the keys ---------

@@ -1,5 +1,5 @@
-// The portable kernel's online softmax: common/softmax.cuh's, with FA4's lazy rescaling
-// as a compile-time option.
+// The portable kernel's online softmax: common/softmax.cuh's, with two compile-time
+// options from FA4.
 //
 // The mma.sync kernel is bound by instruction issue (bench/NOTES.md): rescaling O costs
 // one FMUL per accumulator per key block, 2 x head_dim / 8 per thread per row pair
@@ -7,14 +7,21 @@
 // sum). With kLazy a row keeps the max O is scaled to until a key block raises it by more
 // than kLazyRescaleLog2 (log2 units); the warp votes, and skips the rescale when none of
 // its rows moved. p then stays at most 2^8, well inside 16 bits, and the sum and the LSE
-// follow the max actually used: the same softmax. Without kLazy update() is
-// OnlineSoftmax's and always says "rescale", so those kernels keep their machine code.
+// follow the max actually used: the same softmax.
+//
+// Soft-capping adds a tanh per score, a second MUFU op beside the exp2: at d64 the MUFU
+// then needs more cycles per key block than the mma.sync GEMMs. With kExp2EmuEvery = k,
+// every k-th 8-column fragment is exponentiated on the FMA pipes (exp2_emulated) instead.
+//
+// With neither option update() is OnlineSoftmax's and always says "rescale", so those
+// kernels keep their machine code.
 //
 // (The Hopper template's RescalingSoftmax makes the same test for its one 16-row slice
 // per warp; this one serves one or two slices. Kept apart so that the portable switch
 // leaves every Hopper kernel's name and tuning record alone.)
 #pragma once
 
+#include "fa4/common/exp2_poly.cuh"
 #include "fa4/common/softmax.cuh"
 
 namespace fa4 {
@@ -22,18 +29,22 @@ namespace portable {
 
 constexpr float kLazyRescaleLog2 = 8.f;
 
-template <int kMTiles, int kNTiles, bool kLazy>
+template <int kMTiles, int kNTiles, bool kLazy, int kExp2EmuEvery>
 struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
     using Base = OnlineSoftmax<kMTiles, kNTiles>;
     using Base::kRows;
     using Base::row_max;
     using Base::row_sum;
 
+    static __device__ __forceinline__ bool emulated(int nt) {
+        return kExp2EmuEvery > 0 && nt % kExp2EmuEvery == kExp2EmuEvery - 1;
+    }
+
     // Scores of one key block to unnormalised probabilities, in place; per row the factor
     // for O so far. Returns whether the warp must rescale O (the same on every lane).
     __device__ __forceinline__ bool update(float (&s)[kMTiles][kNTiles][4], float scale_log2,
                                            float (&o_scale)[kRows]) {
-        if constexpr (!kLazy) {
+        if constexpr (!kLazy && kExp2EmuEvery == 0) {
             Base::update(s, scale_log2, o_scale);
             return true;
         } else {
@@ -49,20 +60,25 @@ struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
                     mx = quad_max(mx);
                     // From -inf the difference is +inf (NaN while every key so far was
                     // masked, and then mx is -inf too): the row takes the new max.
-                    if (mx * scale_log2 - row_max[r] * scale_log2 <= kLazyRescaleLog2) mx = row_max[r];
+                    if (kLazy && mx * scale_log2 - row_max[r] * scale_log2 <= kLazyRescaleLog2) mx = row_max[r];
                     // A row that has seen only masked keys keeps max = -inf; offset by 0
                     // then, so every p is exp2(-inf) = 0 instead of NaN.
                     const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
-                    const bool grew = mx != row_max[r];
-                    o_scale[r] = grew ? exp2_approx(row_max[r] * scale_log2 - offset) : 1.f;
-                    grew_any |= grew;
+                    if constexpr (kLazy) {
+                        const bool grew = mx != row_max[r];
+                        o_scale[r] = grew ? exp2_approx(row_max[r] * scale_log2 - offset) : 1.f;
+                        grew_any |= grew;
+                    } else {
+                        o_scale[r] = exp2_approx(row_max[r] * scale_log2 - offset);
+                    }
                     row_max[r] = mx;
                     float sum = 0.f;
 #pragma unroll
                     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            const float p = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -offset));
+                            const float x = fmaf(s[mt][nt][e], scale_log2, -offset);
+                            const float p = emulated(nt) ? exp2_emulated(x) : exp2_approx(x);
                             s[mt][nt][e] = p;
                             sum += p;
                         }
@@ -70,7 +86,7 @@ struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
                     row_sum[r] = row_sum[r] * o_scale[r] + sum;
                 }
             }
-            return __any_sync(0xffffffffu, grew_any);
+            return kLazy ? __any_sync(0xffffffffu, grew_any) : true;
         }
     }
 };

@@ -29,6 +29,7 @@ struct Traits {
     static constexpr bool kPackGqa = Config::kPackGqa;   // rows = (query, head) of one KV head
     static constexpr bool kWarpSkip = Config::kWarpSkip; // warps skip masked blocks they cannot see
     static constexpr bool kLazy = Config::kLazy;         // rescale O only when a row's max grows 2^8
+    static constexpr int kExp2EmuEvery = Config::kExp2EmuEvery;  // every k-th S fragment's exp2 by FMAs (0: none)
 
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = kBlockM / kWarps;
