@@ -311,7 +311,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
         (..=64, MaskKind::Local, _) => &[],
         // Soft-capped d64: the two-stage twin, 1.06 to 1.07x the one-stage tile with the
-        // tanh (`bench/results/2026-12-03-h200-94226f4-emu-old.json`).
+        // tanh (`bench/results/2026-12-03-h200-94226f4-emu-old.json.xz`).
         (..=64, _, true) => &[(128, 4, 64, 2, 1)],
         (..=64, _, _) => &[(128, 4, 64, 1, 1)],
         (..=96, MaskKind::Causal, false) => &[(128, 4, 64, 1, SKIPPING)],
