@@ -436,6 +436,115 @@ fn db_stamps_code_hashes_from_a_build() {
     assert!(stderr(&out).contains("no build report"), "{}", stderr(&out));
 }
 
+/// After a template edit, `db carry` moves a stale record to the current template version
+/// where a local build repeats the machine code it timed, and leaves one whose code
+/// differs for `tune`.
+#[test]
+fn db_carries_records_whose_machine_code_a_build_repeats() {
+    use fa4_gen::db::export_json;
+
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    let build_arg = build.to_str().unwrap();
+    let run = |args: &[&str]| fa4_gen_ok(dir.path(), args);
+    run(&[
+        "compile",
+        "--arch",
+        "sm90",
+        "--head-dim",
+        "64",
+        "--dtype",
+        "bf16",
+        "--mask",
+        "causal",
+        "--template",
+        "portable",
+        "--default-only",
+        "--out",
+        build_arg,
+        "-q",
+    ]);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(build.join("report/sm90.json")).unwrap())
+            .unwrap();
+    let built = &report["kernels"][0];
+    let id = built["id"].as_str().unwrap();
+    let code = built["code_hash"].as_str().unwrap();
+    let hash = built["template_hash"].as_str().unwrap();
+    let config: fa4_gen::spec::TileConfig =
+        serde_json::from_value(built["config"].clone()).unwrap();
+    // Both timed under an older template version ("0123456789abcdef"), with the built
+    // kernel's config: one of the same machine code, one of other code.
+    let stale = |kernel: &str, code_hash: &str, seqlen: u32| {
+        let mut r = hand_record(kernel, code_hash);
+        r.bucket = fa4_gen::db::Bucket::of(seqlen);
+        r.candidates[0].config = config.clone();
+        r
+    };
+    let export = dir.path().join("in.json");
+    std::fs::write(
+        &export,
+        export_json(&[
+            stale("portable_old_a", code, 4096),
+            stale("portable_old_b", "ffff000011112222", 8192),
+        ]),
+    )
+    .unwrap();
+    let db = dir.path().join("db");
+    let db_arg = db.to_str().unwrap();
+    run(&["db", "import", export.to_str().unwrap(), "--db", db_arg]);
+    let said = run(&["db", "carry", "--build", build_arg, "--db", db_arg]);
+    assert!(said.starts_with("1 records carried"), "{said}");
+    assert!(said.contains("1 stale records left"), "{said}");
+    assert!(
+        said.contains("stale: portable/sm90_bf16_d64_causal (1 records)"),
+        "{said}"
+    );
+    let back = dir.path().join("out.json");
+    run(&[
+        "db",
+        "export",
+        "--out",
+        back.to_str().unwrap(),
+        "--db",
+        db_arg,
+    ]);
+    let back: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&back).unwrap()).unwrap();
+    let records = back["records"].as_object().unwrap();
+    let by_bucket = |seqlen: u64| {
+        records
+            .values()
+            .find(|r| r["bucket"]["seqlen"] == seqlen)
+            .unwrap()
+    };
+    let moved = by_bucket(4096);
+    assert_eq!(moved["template_hash"], hash);
+    assert_eq!(moved["candidates"][0]["kernel"], id);
+    assert_eq!(moved["candidates"][0]["outcome"]["measured"]["ms"], 1.25);
+    let left = by_bucket(8192);
+    assert_eq!(left["template_hash"], "0123456789abcdef");
+    assert_eq!(left["candidates"][0]["kernel"], "portable_old_b");
+
+    let out = fa4_gen(
+        dir.path(),
+        &[
+            "db",
+            "carry",
+            "--build",
+            dir.path().to_str().unwrap(),
+            "--db",
+            db_arg,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no build of the current templates"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn db_round_trips_an_export_and_refuses_foreign_folders() {
     use fa4_gen::db::export_json;
