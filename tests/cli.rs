@@ -358,6 +358,33 @@ fn hand_record(kernel: &str, code_hash: &str) -> fa4_gen::db::Record {
     }
 }
 
+/// Builds bf16 d64 causal's default portable kernel into `build` (`fa4-gen compile`)
+/// and returns the build's report.
+fn build_d64_causal_default(dir: &std::path::Path, build: &str) -> serde_json::Value {
+    fa4_gen_ok(
+        dir,
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "64",
+            "--dtype",
+            "bf16",
+            "--mask",
+            "causal",
+            "--template",
+            "portable",
+            "--default-only",
+            "--out",
+            build,
+            "-q",
+        ],
+    );
+    let report = std::path::Path::new(build).join("report/sm90.json");
+    serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap()
+}
+
 /// Timings recorded without a code hash take their kernel's from a build of the same
 /// templates; a folder with no build report is a usage error that says what to run.
 #[test]
@@ -368,26 +395,7 @@ fn db_stamps_code_hashes_from_a_build() {
     let build = dir.path().join("build");
     let build_arg = build.to_str().unwrap();
     let run = |args: &[&str]| fa4_gen_ok(dir.path(), args);
-    run(&[
-        "compile",
-        "--arch",
-        "sm90",
-        "--head-dim",
-        "64",
-        "--dtype",
-        "bf16",
-        "--mask",
-        "causal",
-        "--template",
-        "portable",
-        "--default-only",
-        "--out",
-        build_arg,
-        "-q",
-    ]);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(build.join("report/sm90.json")).unwrap())
-            .unwrap();
+    let report = build_d64_causal_default(dir.path(), build_arg);
     let built = &report["kernels"][0];
     let (id, code) = (
         built["id"].as_str().unwrap(),
@@ -447,26 +455,7 @@ fn db_carries_records_whose_machine_code_a_build_repeats() {
     let build = dir.path().join("build");
     let build_arg = build.to_str().unwrap();
     let run = |args: &[&str]| fa4_gen_ok(dir.path(), args);
-    run(&[
-        "compile",
-        "--arch",
-        "sm90",
-        "--head-dim",
-        "64",
-        "--dtype",
-        "bf16",
-        "--mask",
-        "causal",
-        "--template",
-        "portable",
-        "--default-only",
-        "--out",
-        build_arg,
-        "-q",
-    ]);
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(build.join("report/sm90.json")).unwrap())
-            .unwrap();
+    let report = build_d64_causal_default(dir.path(), build_arg);
     let built = &report["kernels"][0];
     let id = built["id"].as_str().unwrap();
     let code = built["code_hash"].as_str().unwrap();
