@@ -1549,24 +1549,17 @@ fn db_cmd(a: DbArgs) -> CliResult {
         DbAction::Carry { build } => {
             let renderer = Renderer::embedded()?;
             let current = |t: Template| renderer.template_hash(t).to_string();
-            let dir = BuildDir::new(&build);
             // (template, spec, config tag) -> (kernel id, code hash), of the current
             // template versions only.
             let mut kernels: BTreeMap<(Template, String, String), (String, String)> =
                 BTreeMap::new();
-            for arch in Arch::ALL {
-                for k in dir
-                    .load_report(arch)?
-                    .map(|r| r.kernels)
-                    .unwrap_or_default()
-                {
-                    let c = &k.candidate;
-                    if k.template_hash == current(c.template) {
-                        kernels.insert(
-                            (c.template, c.spec.tag(), c.config.tag()),
-                            (k.id.0, k.code_hash),
-                        );
-                    }
+            for k in built_kernels(&build)? {
+                let c = &k.candidate;
+                if k.template_hash == current(c.template) {
+                    kernels.insert(
+                        (c.template, c.spec.tag(), c.config.tag()),
+                        (k.id.0, k.code_hash),
+                    );
                 }
             }
             if kernels.is_empty() {
@@ -1598,17 +1591,10 @@ fn db_cmd(a: DbArgs) -> CliResult {
             }
         }
         DbAction::StampCode { build } => {
-            let dir = BuildDir::new(&build);
-            let mut code: BTreeMap<String, String> = BTreeMap::new();
-            for arch in Arch::ALL {
-                for k in dir
-                    .load_report(arch)?
-                    .map(|r| r.kernels)
-                    .unwrap_or_default()
-                {
-                    code.insert(k.id.0, k.code_hash);
-                }
-            }
+            let code: BTreeMap<String, String> = built_kernels(&build)?
+                .into_iter()
+                .map(|k| (k.id.0, k.code_hash))
+                .collect();
             if code.is_empty() {
                 return Err(CliError::Usage(format!(
                     "{}: no build report; run `fa4-gen compile --out {}` first",
@@ -1633,6 +1619,20 @@ fn db_cmd(a: DbArgs) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// Every kernel a build folder's reports name, over all archs (none without reports).
+fn built_kernels(build: &std::path::Path) -> Result<Vec<compile::BuiltKernel>, CliError> {
+    let dir = BuildDir::new(build);
+    let mut out = Vec::new();
+    for arch in Arch::ALL {
+        out.extend(
+            dir.load_report(arch)?
+                .map(|r| r.kernels)
+                .unwrap_or_default(),
+        );
+    }
+    Ok(out)
 }
 
 fn report_merge(db: &std::path::Path, s: crate::db::MergeSummary) {
