@@ -23,8 +23,10 @@ use crate::space::{self, Candidate, Footprint, Template};
 
 /// The manifest's format. 2: causal Hopper kernels take their tiles from a grid in
 /// sections (`Footprint::section_key_bytes`), which a runtime reading format 1 would
-/// launch as `m-blocks x heads x batch` and get wrong tiles from.
-pub const MANIFEST_FORMAT: &str = "fa4-gen kernel cache 2";
+/// launch as `m-blocks x heads x batch` and get wrong tiles from. 3: causal portable
+/// kernels read their m-block from the grid's y (`Footprint::causal_m_blocks_in_y`),
+/// which a runtime reading format 2 would not know and launch wrongly.
+pub const MANIFEST_FORMAT: &str = "fa4-gen kernel cache 3";
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// One kernel in the cache: how to launch it and where its cubin is.

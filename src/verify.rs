@@ -73,6 +73,10 @@ pub fn standard_cases() -> Vec<Case> {
             .window(200, -1)
             .page_size(256),
         Case::new("q5_k0", 1, 5, 0, 2, 2).window(4, 4),
+        // Many short sequences over few heads: causal grids of more z than x.
+        Case::new("b9_s200_gqa2to1", 9, 200, 200, 2, 1)
+            .window(40, 0)
+            .page_size(16),
         Case::new("gqa8to2_s257", 1, 257, 257, 8, 2).window(-1, 0),
         Case {
             row_pad: 24,

@@ -180,6 +180,7 @@ fn spilling_configs_are_rejected_with_the_reason() {
             tma_rows: 0,
             persistent_per_sm: 0,
             section_key_bytes: 0,
+            causal_m_blocks_in_y: false,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();

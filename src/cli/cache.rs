@@ -174,6 +174,8 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
             fp.persistent_per_sm,
             if fp.persistent_per_sm == 1 { "" } else { "s" }
         )
+    } else if fp.causal_m_blocks_in_y {
+        "one block per work tile, causal tiles heaviest first over a sequence's heads".to_string()
     } else if fp.section_key_bytes > 0 {
         "one block per work tile, causal tiles in L2 sections of a few (head, sequence) \
          pairs, heaviest first"

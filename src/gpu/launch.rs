@@ -243,6 +243,10 @@ pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), Problem
 /// over two rounds (`kernel_ws.cuh`): its grid is sized so that a section is two rounds
 /// exactly (a few SMs may idle), which pairs every heavy tile with a light one.
 ///
+/// A causal kernel with `causal_m_blocks_in_y` (the portable one without pack-GQA) takes
+/// its m-block from y, reversed: `(heads, m-blocks, batch)`, so every head of a sequence
+/// takes its heaviest m-block first, then its next (`check_grid` holds y to 65535).
+///
 /// A causal kernel with `section_key_bytes` takes one block per tile from a grid of
 /// `(section pairs x m-blocks, sections)` (`schedule.cuh`): the hardware hands blocks out
 /// in launch order, so within a section the heaviest m-block of every pair goes first
@@ -284,6 +288,10 @@ pub fn launch_grid(
         }
         return Some((tiles.min(blocks) as u32, 1, 1));
     }
+    if mask == MaskKind::Causal && footprint.causal_m_blocks_in_y {
+        // check_grid refuses more m-blocks than y takes.
+        return Some((heads, grid_x.min(65535) as u32, params.batch as u32));
+    }
     if mask == MaskKind::Causal && footprint.section_key_bytes > 0 {
         let mut section_pairs = causal_section_pairs(
             pairs,
@@ -298,6 +306,29 @@ pub fn launch_grid(
         return Some(((section_pairs * grid_x) as u32, sections as u32, 1));
     }
     Some((grid_x as u32, heads, params.batch as u32))
+}
+
+/// What `launch_grid` cannot lay out: a causal kernel with its m-blocks in y takes at
+/// most 65535 of them per sequence (4.19 million queries at 64 rows per block).
+pub fn check_grid(
+    mask: MaskKind,
+    footprint: &Footprint,
+    params: &FwdParams,
+) -> Result<(), ProblemError> {
+    let max = 65535 * i64::from(footprint.block_m);
+    if mask == MaskKind::Causal
+        && footprint.causal_m_blocks_in_y
+        && i64::from(params.seqlen_q) > max
+    {
+        return Err(ProblemError::TooLarge {
+            what: "seqlen_q",
+            value: params.seqlen_q.into(),
+            max,
+            hint: "split the queries: the causal mask aligns them to the keys' end, so the \
+                   last queries go as one call with seqlen_q cut, then the ones before",
+        });
+    }
+    Ok(())
 }
 
 /// The K/V a section of causal pairs may keep in L2: two thirds of the H100's and H200's
@@ -374,6 +405,7 @@ impl FwdKernel {
     /// Checks the problem, then launches on the GPU's stream (asynchronously).
     pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
+        check_grid(self.spec.mask, &self.footprint, params)?;
         let Some(grid_dim) =
             launch_grid(self.spec.mask, &self.footprint, params, gpu.info.sm_count)
         else {
@@ -697,6 +729,7 @@ mod tests {
             tma_rows: 0,
             persistent_per_sm: 0,
             section_key_bytes: 0,
+            causal_m_blocks_in_y: false,
         };
         // 100 queries, 8 query heads on 2 KV heads, 2 sequences.
         assert_eq!(
@@ -836,6 +869,7 @@ mod tests {
             tma_rows: 128,
             persistent_per_sm: 0,
             section_key_bytes: 2 * (128 + 128),
+            causal_m_blocks_in_y: false,
         }
     }
 
@@ -894,12 +928,89 @@ mod tests {
         assert_eq!(launch_grid(MaskKind::None, &fp, &p, 132), Some((4, 8, 2)));
         let plain = Footprint {
             section_key_bytes: 0,
+            causal_m_blocks_in_y: false,
             ..fp
         };
         assert_eq!(
             launch_grid(MaskKind::Causal, &plain, &p, 132),
             Some((4, 8, 2))
         );
+    }
+
+    #[test]
+    fn causal_grids_with_m_blocks_in_y_cover_every_tile_once_heaviest_first() {
+        let fp = Footprint {
+            threads: 128,
+            block_m: 64,
+            smem_bytes: 0,
+            est_registers: 0,
+            pack_gqa: false,
+            tma_rows: 0,
+            persistent_per_sm: 0,
+            section_key_bytes: 0,
+            causal_m_blocks_in_y: true,
+        };
+        for (seqlen, heads_q, batch) in [(512, 8, 32), (4096, 16, 4), (1000, 7, 3), (100, 1, 1)] {
+            let p = FwdParams {
+                seqlen_q: seqlen,
+                seqlen_k: seqlen,
+                heads_q,
+                heads_kv: 1,
+                batch,
+                ..good()
+            };
+            let grid = launch_grid(MaskKind::Causal, &fp, &p, 132).unwrap();
+            let m_blocks = (seqlen as u32).div_ceil(64);
+            assert_eq!(grid, (heads_q as u32, m_blocks, batch as u32));
+            // The kernel's decode in launch order (x fastest): head x, m-block y reversed,
+            // sequence z. Every tile once; within a sequence never a lighter one first.
+            let mut seen = std::collections::BTreeSet::new();
+            let mut last = (-1, u32::MAX);
+            for z in 0..grid.2 {
+                for y in 0..grid.1 {
+                    for x in 0..grid.0 {
+                        let m_block = grid.1 - 1 - y;
+                        assert!(seen.insert((z, x, m_block)));
+                        assert!(last.0 != z as i32 || m_block <= last.1, "{grid:?}");
+                        last = (z as i32, m_block);
+                    }
+                }
+            }
+            assert_eq!(seen.len() as u32, grid.0 * grid.1 * grid.2);
+            check_grid(MaskKind::Causal, &fp, &p).unwrap();
+        }
+        // Pack-GQA, unmasked and local grids keep (m-blocks, heads, batch).
+        let p = FwdParams {
+            seqlen_q: 512,
+            seqlen_k: 512,
+            ..good()
+        };
+        let packed = Footprint {
+            pack_gqa: true,
+            causal_m_blocks_in_y: false,
+            ..fp
+        };
+        assert_eq!(
+            launch_grid(MaskKind::Causal, &packed, &p, 132),
+            Some((32, 2, 2))
+        );
+        assert_eq!(launch_grid(MaskKind::None, &fp, &p, 132), Some((8, 8, 2)));
+        assert_eq!(launch_grid(MaskKind::Local, &fp, &p, 132), Some((8, 8, 2)));
+        // y stops at 65535 m-blocks: longer sequences are refused before launch, with the
+        // way to split them.
+        let long = FwdParams {
+            seqlen_q: 65535 * 64 + 1,
+            ..p
+        };
+        let msg = check_grid(MaskKind::Causal, &fp, &long)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("seqlen_q is 4194241") && msg.contains("split the queries"),
+            "{msg}"
+        );
+        check_grid(MaskKind::Causal, &packed, &long).unwrap();
+        check_grid(MaskKind::None, &fp, &long).unwrap();
     }
 
     #[test]

@@ -19,7 +19,9 @@ use cudarc::driver::sys::{
 use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
 
 use super::{KernelCache, Query, Reason, SelectError};
-use crate::gpu::{check_problem_for, driver_message, launch_grid, ProblemError, TmaFwdParams};
+use crate::gpu::{
+    check_grid, check_problem_for, driver_message, launch_grid, ProblemError, TmaFwdParams,
+};
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
 #[derive(Debug, Clone, Copy)]
@@ -413,6 +415,11 @@ impl Runtime {
         let (query, params) = args.resolve(device.arch);
         let selected = self.cache.select(&query)?;
         check_problem_for(&selected.kernel.spec, &params)?;
+        check_grid(
+            selected.kernel.spec.mask,
+            &selected.kernel.footprint,
+            &params,
+        )?;
         let launched = |launched| Launched {
             kernel: selected.id,
             reason: selected.reason,

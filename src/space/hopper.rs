@@ -464,6 +464,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         } else {
             0
         },
+        causal_m_blocks_in_y: false,
     })
 }
 

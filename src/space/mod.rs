@@ -193,6 +193,11 @@ pub struct Footprint {
     /// `m-blocks x heads x batch` grid.
     #[serde(default)]
     pub section_key_bytes: u32,
+    /// Causal kernels with one block per tile whose grid is `heads x m-blocks x batch`,
+    /// the m-blocks reversed in y (`launch_grid`, `portable/kernel.cuh`): every head of
+    /// a sequence takes its heaviest m-block first. false for `m-blocks x heads x batch`.
+    #[serde(default)]
+    pub causal_m_blocks_in_y: bool,
 }
 
 /// Why a config was set aside.

@@ -267,6 +267,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         tma_rows: 0,
         persistent_per_sm: 0,
         section_key_bytes: 0,
+        causal_m_blocks_in_y: spec.mask == MaskKind::Causal && c.switch(PACK_GQA, 0) == 0,
     })
 }
 

@@ -53,7 +53,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 
     // Causal blocks further down the sequence see more keys: launch those first (the
     // longest-processing-time order), so the short blocks fill the tail of the grid.
-    const int m_block = T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    // With the m-blocks fastest (x), a wave holds a few (head, sequence) pairs' heavy and
+    // light ends unevenly and leaves SMs idle at its end; so causal grids are (heads,
+    // m-blocks, batch), the m-blocks reversed in y: every head of a sequence takes its
+    // heaviest m-block first, then its next. Plain grid registers, which the compiler
+    // reads again where it needs them rather than hold them (a decode with selects or
+    // divisions made the 255-register tiles spill). Pack-GQA's blocks hold every head
+    // of a KV head: it keeps the m-blocks in x, as do unmasked and local grids, whose
+    // tiles cost about the same.
+    constexpr bool kMBlocksInY = T::kMask == MaskKind::Causal && !T::kPackGqa;
+    const int m_block = kMBlocksInY                     ? gridDim.y - 1 - blockIdx.y
+                        : T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x
+                                                       : blockIdx.x;
     const int batch = blockIdx.z;
     const SeqView seq = seq_view<T::kPaged>(params, batch);
     // The block's rows: kBlockM query rows of one head or, with pack-GQA, kBlockM
@@ -64,8 +75,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const int rows = seq.seqlen_q * kGroup;
     const int row_begin = m_block * T::kBlockM;  // first row of this block
     if (row_begin >= rows) return;  // a varlen sequence shorter than the longest one
-    const int kv_head = T::kPackGqa ? blockIdx.y : blockIdx.y / group;
-    const int head = T::kPackGqa ? kv_head * group : blockIdx.y;  // first query head
+    const unsigned grid_head = kMBlocksInY ? blockIdx.x : blockIdx.y;  // the KV head with pack-GQA
+    const int kv_head = T::kPackGqa ? grid_head : grid_head / group;
+    const int head = T::kPackGqa ? kv_head * group : grid_head;  // first query head
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
