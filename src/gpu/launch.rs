@@ -718,11 +718,11 @@ mod tests {
         assert!(msg.contains("paged feature"), "{msg}");
     }
 
-    #[test]
-    fn grids_cover_every_row() {
-        let fp = Footprint {
+    /// A kernel of 128 threads over `block_m` rows, one block per tile.
+    fn plain_footprint(block_m: u32) -> Footprint {
+        Footprint {
             threads: 128,
-            block_m: 128,
+            block_m,
             smem_bytes: 0,
             est_registers: 0,
             pack_gqa: false,
@@ -730,7 +730,12 @@ mod tests {
             persistent_per_sm: 0,
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
-        };
+        }
+    }
+
+    #[test]
+    fn grids_cover_every_row() {
+        let fp = plain_footprint(128);
         // 100 queries, 8 query heads on 2 KV heads, 2 sequences.
         assert_eq!(
             launch_grid(MaskKind::None, &fp, &good(), 132),
@@ -940,15 +945,8 @@ mod tests {
     #[test]
     fn causal_grids_with_m_blocks_in_y_cover_every_tile_once_heaviest_first() {
         let fp = Footprint {
-            threads: 128,
-            block_m: 64,
-            smem_bytes: 0,
-            est_registers: 0,
-            pack_gqa: false,
-            tma_rows: 0,
-            persistent_per_sm: 0,
-            section_key_bytes: 0,
             causal_m_blocks_in_y: true,
+            ..plain_footprint(64)
         };
         for (seqlen, heads_q, batch) in [(512, 8, 32), (4096, 16, 4), (1000, 7, 3), (100, 1, 1)] {
             let p = FwdParams {
