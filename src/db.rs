@@ -333,6 +333,8 @@ pub enum DbError {
     Foreign { path: PathBuf, why: String },
     #[error("{path}: the tuning database cannot be opened ({why}); restore it from its export with `fa4-gen db import`")]
     Corrupt { path: PathBuf, why: String },
+    #[error("{path}: the tuning database is open in another process (a tune or a db command still running?); wait for it to finish, or point --db at another folder")]
+    InUse { path: PathBuf },
     #[error("{path}: record {key} cannot be read ({why}); remove it with `fa4-gen db gc` or restore from the export")]
     BadRecord {
         path: PathBuf,
@@ -362,6 +364,34 @@ pub struct MergeSummary {
     pub kept: usize,
 }
 
+/// sled's file lock outlives the last handle by a moment (its flusher thread lets go
+/// of it): a reopen right after a close waits for it, briefly. A lock held longer is
+/// another process's.
+fn open_sled(path: &Path) -> Result<sled::Db, DbError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        match sled::open(path) {
+            Ok(tree) => return Ok(tree),
+            // sled words it "could not acquire lock on ...", the OS's WouldBlock inside.
+            Err(sled::Error::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.to_string().contains("could not acquire lock") =>
+            {
+                if std::time::Instant::now() >= deadline {
+                    return Err(DbError::InUse { path: path.into() });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => {
+                return Err(DbError::Corrupt {
+                    path: path.into(),
+                    why: e.to_string(),
+                })
+            }
+        }
+    }
+}
+
 impl TuningDb {
     /// Opens the database in `path`, creating it if the folder does not exist or is
     /// empty. A folder holding anything else is refused, never overwritten.
@@ -388,10 +418,7 @@ impl TuningDb {
                 why: "the folder holds other files".into(),
             });
         }
-        let tree = sled::open(path).map_err(|e| DbError::Corrupt {
-            path: path.into(),
-            why: e.to_string(),
-        })?;
+        let tree = open_sled(path)?;
         let corrupt = |why: String| DbError::Corrupt {
             path: path.into(),
             why,
@@ -1054,6 +1081,21 @@ mod tests {
         let back = parse_export(Path::new("old.json"), &old_export).unwrap();
         assert_eq!(back.len(), 1);
         assert!(export_json(&back).contains(&format!("\"{}\"", r.key())));
+    }
+
+    #[test]
+    fn a_database_held_open_elsewhere_is_named_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let held = TuningDb::open(&path).unwrap();
+        let err = TuningDb::open(&path)
+            .err()
+            .expect("a second open must fail");
+        assert!(matches!(err, DbError::InUse { .. }), "{err}");
+        assert!(err.to_string().contains("open in another process"), "{err}");
+        drop(held);
+        // Closed, it opens again (the reopen waits out sled's lock release).
+        TuningDb::open(&path).unwrap();
     }
 
     #[test]
