@@ -141,6 +141,13 @@ pub struct Candidate {
 }
 
 impl Candidate {
+    /// Whether it is a timing of the machine code `code` (a build's code hash): what lets
+    /// a timing outlive a template edit that left its kernel alone.
+    pub fn timed_code(&self, code: &str) -> bool {
+        !code.is_empty()
+            && matches!(&self.outcome, Outcome::Measured { code_hash, .. } if code_hash == code)
+    }
+
     /// Its screening time, if it was measured.
     pub fn screened_ms(&self) -> Option<f64> {
         match self.outcome {
@@ -621,14 +628,7 @@ impl TuningDb {
                 .iter()
                 .map(|c| {
                     let (id, code) = built(&record, &c.config)?;
-                    match &c.outcome {
-                        Outcome::Measured { code_hash, .. }
-                            if !code.is_empty() && *code_hash == code =>
-                        {
-                            Some(id)
-                        }
-                        _ => None,
-                    }
+                    c.timed_code(&code).then_some(id)
                 })
                 .collect();
             match renamed {

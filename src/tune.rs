@@ -697,11 +697,7 @@ fn carried_outcome(stale: &[Candidate], kernel: &TuneKernel) -> Option<(Outcome,
     let code = &kernel.built.code_hash;
     let mut c = stale
         .iter()
-        .find(|c| {
-            !code.is_empty()
-                && c.config == kernel.built.candidate.config
-                && matches!(&c.outcome, Outcome::Measured { code_hash, .. } if code_hash == code)
-        })?
+        .find(|c| c.config == kernel.built.candidate.config && c.timed_code(code))?
         .clone();
     let finals = c.settled_passes();
     c.set_settled_ms(None);
