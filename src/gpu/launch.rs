@@ -232,7 +232,8 @@ pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), Problem
     Ok(())
 }
 
-/// The grid of a forward launch, `None` when there is nothing to compute: one block per
+/// The grid of a forward launch, `None` when there is nothing to compute, an error when
+/// the problem does not fit the grid's limits: one block per
 /// `block_m` rows of the longest sequence, per query head (or per KV head with
 /// pack-GQA, whose rows are the query heads of one KV head), per sequence. A persistent
 /// kernel gets those work tiles in one dimension and at most `persistent_per_sm` blocks
@@ -245,7 +246,8 @@ pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), Problem
 ///
 /// A causal kernel with `causal_m_blocks_in_y` (the portable one without pack-GQA) takes
 /// its m-block from y, reversed: `(heads, m-blocks, batch)`, so every head of a sequence
-/// takes its heaviest m-block first, then its next (`check_grid` holds y to 65535).
+/// takes its heaviest m-block first, then its next. Past y's 65535 m-blocks it is an
+/// error that says how to split the queries.
 ///
 /// A causal kernel with `section_key_bytes` takes one block per tile from a grid of
 /// `(section pairs x m-blocks, sections)` (`schedule.cuh`): the hardware hands blocks out
@@ -256,7 +258,7 @@ pub fn launch_grid(
     footprint: &Footprint,
     params: &FwdParams,
     sm_count: u32,
-) -> Option<(u32, u32, u32)> {
+) -> Result<Option<(u32, u32, u32)>, ProblemError> {
     // Query heads per KV head: pack-GQA makes them the rows of one KV head's tiles.
     let group = (params.heads_q / params.heads_kv.max(1)) as u64;
     let (rows, heads, pairs_per_kv) = if footprint.pack_gqa {
@@ -274,7 +276,7 @@ pub fn launch_grid(
     };
     let grid_x = rows.div_ceil(u64::from(footprint.block_m.max(1)));
     if grid_x == 0 || params.batch <= 0 {
-        return None;
+        return Ok(None);
     }
     let pairs = u64::from(heads) * params.batch as u64;
     if footprint.persistent_per_sm > 0 {
@@ -286,11 +288,20 @@ pub fn launch_grid(
             // section_pairs (m_blocks > 1), or all of them (m_blocks = 1).
             blocks = (section_pairs * grid_x / 2).clamp(1, blocks);
         }
-        return Some((tiles.min(blocks) as u32, 1, 1));
+        return Ok(Some((tiles.min(blocks) as u32, 1, 1)));
     }
     if mask == MaskKind::Causal && footprint.causal_m_blocks_in_y {
-        // check_grid refuses more m-blocks than y takes.
-        return Some((heads, grid_x.min(65535) as u32, params.batch as u32));
+        // y stops at 65535 m-blocks (4.19 million queries at 64 rows per block).
+        if grid_x > 65535 {
+            return Err(ProblemError::TooLarge {
+                what: "seqlen_q",
+                value: params.seqlen_q.into(),
+                max: 65535 * i64::from(footprint.block_m),
+                hint: "split the queries: the causal mask aligns them to the keys' end, so \
+                       the last queries go as one call with seqlen_q cut, then the ones before",
+            });
+        }
+        return Ok(Some((heads, grid_x as u32, params.batch as u32)));
     }
     if mask == MaskKind::Causal && footprint.section_key_bytes > 0 {
         let mut section_pairs = causal_section_pairs(
@@ -303,32 +314,9 @@ pub fn launch_grid(
         // The grid's y dimension stops at 65535 sections.
         section_pairs = section_pairs.max(pairs.div_ceil(65535));
         let sections = pairs.div_ceil(section_pairs);
-        return Some(((section_pairs * grid_x) as u32, sections as u32, 1));
+        return Ok(Some(((section_pairs * grid_x) as u32, sections as u32, 1)));
     }
-    Some((grid_x as u32, heads, params.batch as u32))
-}
-
-/// What `launch_grid` cannot lay out: a causal kernel with its m-blocks in y takes at
-/// most 65535 of them per sequence (4.19 million queries at 64 rows per block).
-pub fn check_grid(
-    mask: MaskKind,
-    footprint: &Footprint,
-    params: &FwdParams,
-) -> Result<(), ProblemError> {
-    let max = 65535 * i64::from(footprint.block_m);
-    if mask == MaskKind::Causal
-        && footprint.causal_m_blocks_in_y
-        && i64::from(params.seqlen_q) > max
-    {
-        return Err(ProblemError::TooLarge {
-            what: "seqlen_q",
-            value: params.seqlen_q.into(),
-            max,
-            hint: "split the queries: the causal mask aligns them to the keys' end, so the \
-                   last queries go as one call with seqlen_q cut, then the ones before",
-        });
-    }
-    Ok(())
+    Ok(Some((grid_x as u32, heads, params.batch as u32)))
 }
 
 /// The K/V a section of causal pairs may keep in L2: two thirds of the H100's and H200's
@@ -405,9 +393,8 @@ impl FwdKernel {
     /// Checks the problem, then launches on the GPU's stream (asynchronously).
     pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
-        check_grid(self.spec.mask, &self.footprint, params)?;
         let Some(grid_dim) =
-            launch_grid(self.spec.mask, &self.footprint, params, gpu.info.sm_count)
+            launch_grid(self.spec.mask, &self.footprint, params, gpu.info.sm_count)?
         else {
             return Ok(()); // nothing to compute
         };
@@ -738,7 +725,7 @@ mod tests {
         let fp = plain_footprint(128);
         // 100 queries, 8 query heads on 2 KV heads, 2 sequences.
         assert_eq!(
-            launch_grid(MaskKind::None, &fp, &good(), 132),
+            launch_grid(MaskKind::None, &fp, &good(), 132).unwrap(),
             Some((1, 8, 2))
         );
         let long = FwdParams {
@@ -746,7 +733,7 @@ mod tests {
             ..good()
         };
         assert_eq!(
-            launch_grid(MaskKind::None, &fp, &long, 132),
+            launch_grid(MaskKind::None, &fp, &long, 132).unwrap(),
             Some((2, 8, 2))
         );
         // Pack-GQA: 4 query heads per KV head make 400 rows per KV head.
@@ -755,7 +742,7 @@ mod tests {
             ..fp
         };
         assert_eq!(
-            launch_grid(MaskKind::None, &packed, &good(), 132),
+            launch_grid(MaskKind::None, &packed, &good(), 132).unwrap(),
             Some((4, 2, 2))
         );
         // Nothing to compute: no launch.
@@ -763,7 +750,7 @@ mod tests {
             seqlen_q: 0,
             ..good()
         };
-        assert_eq!(launch_grid(MaskKind::None, &fp, &empty, 132), None);
+        assert_eq!(launch_grid(MaskKind::None, &fp, &empty, 132).unwrap(), None);
         // Persistent: the work tiles (m-blocks x heads x sequences) in one dimension, at
         // most persistent_per_sm blocks per SM.
         let persistent = Footprint {
@@ -771,14 +758,17 @@ mod tests {
             ..fp
         };
         assert_eq!(
-            launch_grid(MaskKind::None, &persistent, &good(), 132),
+            launch_grid(MaskKind::None, &persistent, &good(), 132).unwrap(),
             Some((16, 1, 1))
         );
         assert_eq!(
-            launch_grid(MaskKind::None, &persistent, &good(), 10),
+            launch_grid(MaskKind::None, &persistent, &good(), 10).unwrap(),
             Some((10, 1, 1))
         );
-        assert_eq!(launch_grid(MaskKind::None, &persistent, &empty, 132), None);
+        assert_eq!(
+            launch_grid(MaskKind::None, &persistent, &empty, 132).unwrap(),
+            None
+        );
         // Causal: as many blocks as make a section of whole pairs exactly two rounds.
         let causal = |seqlen_q, heads_q, sm_count| {
             let p = FwdParams {
@@ -789,6 +779,7 @@ mod tests {
                 ..good()
             };
             launch_grid(MaskKind::Causal, &persistent, &p, sm_count)
+                .unwrap()
                 .unwrap()
                 .0
         };
@@ -813,11 +804,11 @@ mod tests {
             ..good()
         };
         assert_eq!(
-            launch_grid(MaskKind::Causal, &persistent, &one, 132),
+            launch_grid(MaskKind::Causal, &persistent, &one, 132).unwrap(),
             Some((16, 1, 1))
         );
         assert_eq!(
-            launch_grid(MaskKind::None, &fp, &FwdParams { batch: 0, ..good() }, 132),
+            launch_grid(MaskKind::None, &fp, &FwdParams { batch: 0, ..good() }, 132).unwrap(),
             None
         );
     }
@@ -902,7 +893,9 @@ mod tests {
                 ..good()
             };
             let fp = Footprint { pack_gqa, ..fp };
-            let grid = launch_grid(MaskKind::Causal, &fp, &p, 132).unwrap();
+            let grid = launch_grid(MaskKind::Causal, &fp, &p, 132)
+                .unwrap()
+                .unwrap();
             assert_eq!(grid.2, 1, "{grid:?}");
             let tiles = sectioned_tiles(grid, &p, pack_gqa, fp.block_m);
             let (heads, m_blocks) = tile_shape(&p, pack_gqa, fp.block_m);
@@ -930,14 +923,17 @@ mod tests {
             seqlen_k: 512,
             ..good()
         };
-        assert_eq!(launch_grid(MaskKind::None, &fp, &p, 132), Some((4, 8, 2)));
+        assert_eq!(
+            launch_grid(MaskKind::None, &fp, &p, 132).unwrap(),
+            Some((4, 8, 2))
+        );
         let plain = Footprint {
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
             ..fp
         };
         assert_eq!(
-            launch_grid(MaskKind::Causal, &plain, &p, 132),
+            launch_grid(MaskKind::Causal, &plain, &p, 132).unwrap(),
             Some((4, 8, 2))
         );
     }
@@ -957,7 +953,9 @@ mod tests {
                 batch,
                 ..good()
             };
-            let grid = launch_grid(MaskKind::Causal, &fp, &p, 132).unwrap();
+            let grid = launch_grid(MaskKind::Causal, &fp, &p, 132)
+                .unwrap()
+                .unwrap();
             let m_blocks = (seqlen as u32).div_ceil(64);
             assert_eq!(grid, (heads_q as u32, m_blocks, batch as u32));
             // The kernel's decode in launch order (x fastest): head x, m-block y reversed,
@@ -975,7 +973,6 @@ mod tests {
                 }
             }
             assert_eq!(seen.len() as u32, grid.0 * grid.1 * grid.2);
-            check_grid(MaskKind::Causal, &fp, &p).unwrap();
         }
         // Pack-GQA, unmasked and local grids keep (m-blocks, heads, batch).
         let p = FwdParams {
@@ -989,26 +986,32 @@ mod tests {
             ..fp
         };
         assert_eq!(
-            launch_grid(MaskKind::Causal, &packed, &p, 132),
+            launch_grid(MaskKind::Causal, &packed, &p, 132).unwrap(),
             Some((32, 2, 2))
         );
-        assert_eq!(launch_grid(MaskKind::None, &fp, &p, 132), Some((8, 8, 2)));
-        assert_eq!(launch_grid(MaskKind::Local, &fp, &p, 132), Some((8, 8, 2)));
+        assert_eq!(
+            launch_grid(MaskKind::None, &fp, &p, 132).unwrap(),
+            Some((8, 8, 2))
+        );
+        assert_eq!(
+            launch_grid(MaskKind::Local, &fp, &p, 132).unwrap(),
+            Some((8, 8, 2))
+        );
         // y stops at 65535 m-blocks: longer sequences are refused before launch, with the
         // way to split them.
         let long = FwdParams {
             seqlen_q: 65535 * 64 + 1,
             ..p
         };
-        let msg = check_grid(MaskKind::Causal, &fp, &long)
+        let msg = launch_grid(MaskKind::Causal, &fp, &long, 132)
             .unwrap_err()
             .to_string();
         assert!(
             msg.contains("seqlen_q is 4194241") && msg.contains("split the queries"),
             "{msg}"
         );
-        check_grid(MaskKind::Causal, &packed, &long).unwrap();
-        check_grid(MaskKind::None, &fp, &long).unwrap();
+        launch_grid(MaskKind::Causal, &packed, &long, 132).unwrap();
+        launch_grid(MaskKind::None, &fp, &long, 132).unwrap();
     }
 
     #[test]
@@ -1036,7 +1039,9 @@ mod tests {
             batch: 40000,
             ..good()
         };
-        let (x, y, z) = launch_grid(MaskKind::Causal, &sectioned_footprint(), &p, 132).unwrap();
+        let (x, y, z) = launch_grid(MaskKind::Causal, &sectioned_footprint(), &p, 132)
+            .unwrap()
+            .unwrap();
         assert!(y <= 65535 && z == 1, "{x} {y} {z}");
         assert!(u64::from(x) * u64::from(y) >= 64 * 40000);
     }

@@ -21,9 +21,7 @@ use cudarc::driver::{
 use fa4_spec::Arch;
 
 pub(crate) use launch::ParamsArg;
-pub use launch::{
-    check_grid, check_problem, check_problem_for, launch_grid, FwdKernel, ProblemError,
-};
+pub use launch::{check_problem, check_problem_for, launch_grid, FwdKernel, ProblemError};
 pub use tma::TmaFwdParams;
 
 #[derive(Debug, thiserror::Error)]

@@ -19,9 +19,7 @@ use cudarc::driver::sys::{
 use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
 
 use super::{KernelCache, Query, Reason, SelectError};
-use crate::gpu::{
-    check_grid, check_problem_for, driver_message, launch_grid, ProblemError, TmaFwdParams,
-};
+use crate::gpu::{check_problem_for, driver_message, launch_grid, ProblemError, TmaFwdParams};
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
 #[derive(Debug, Clone, Copy)]
@@ -415,11 +413,6 @@ impl Runtime {
         let (query, params) = args.resolve(device.arch);
         let selected = self.cache.select(&query)?;
         check_problem_for(&selected.kernel.spec, &params)?;
-        check_grid(
-            selected.kernel.spec.mask,
-            &selected.kernel.footprint,
-            &params,
-        )?;
         let launched = |launched| Launched {
             kernel: selected.id,
             reason: selected.reason,
@@ -430,7 +423,8 @@ impl Runtime {
             &selected.kernel.footprint,
             &params,
             device.sm_count,
-        ) else {
+        )?
+        else {
             return Ok(launched(false));
         };
         let kernel = self.kernel(selected.position, device)?;
