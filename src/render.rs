@@ -209,6 +209,20 @@ mod tests {
             .source
             .contains(&format!("kSmemBytes == {}", fp.smem_bytes)));
         assert!(!k.source.contains("{{"), "unrendered placeholder left");
+        // ptxas picks the registers of a plain config; a minblocks twin asks for room
+        // for that many blocks per SM.
+        assert!(k
+            .source
+            .contains("__launch_bounds__(KernelTraits::kThreads, 1)"));
+        let mut twin = c.clone();
+        twin.config.block_m = 128;
+        twin.config.warps = 8;
+        twin.config.switches = [("qregs".to_string(), 0), ("minblocks".to_string(), 2)].into();
+        let fp = twin.template.check(&twin.spec, &twin.config).unwrap();
+        let k = r.render(&twin, &fp).unwrap();
+        assert!(k
+            .source
+            .contains("__launch_bounds__(KernelTraits::kThreads, 2)"));
     }
 
     #[test]

@@ -30,15 +30,16 @@ fn list_json_is_the_whole_space() {
     );
     assert!(out.status.success());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    // Portable: causal and local specs add 12 warp-skipping candidates to the 118 every
-    // spec has (72, and 46 of them again with lazy rescaling); Hopper: 20 stage-1, 11 warp-specialised, 6 persistent, 2 persistent
+    // Portable: causal and local specs add 12 warp-skipping candidates to the 134 every
+    // spec has (72, 46 of them again with lazy rescaling, and at d128 16 twins capped
+    // for two to four blocks per SM); Hopper: 20 stage-1, 11 warp-specialised, 6 persistent, 2 persistent
     // single-consumer and 1 three-stage candidates per spec, and the 16 of those with
     // overlap and pingpong (or a persistent block of their own) again with lazy rescaling;
     // on causal and local specs the 29 pingpong ones (15 + 14 lazy) again with turns at
     // the MUFU.
     assert_eq!(
         rows.len(),
-        2 * 118 + 4 * 130 + 6 * (20 + 11 + 6 + 2 + 1 + 16) + 4 * 29,
+        2 * 134 + 4 * 146 + 6 * (20 + 11 + 6 + 2 + 1 + 16) + 4 * 29,
         "6 specs (dtype x mask) per template"
     );
     assert_eq!(

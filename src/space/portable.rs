@@ -44,6 +44,22 @@ pub const LAZY: &str = "lazy";
 /// nothing at d64 (`bench/NOTES.md`): offered by `check()`, not enumerated.
 pub const EXP2_EMU: &str = super::hopper::EXP2_EMU;
 
+/// Switch: the blocks per SM the kernel's registers must leave room for
+/// (`__launch_bounds__`' second argument; absent: 1, and ptxas takes up to 255). At 1 a
+/// 16-rows-per-warp d64 tile takes 130 to 190 registers, so one block of 8 warps or
+/// three of 4 share an SM; capped at 128 most compile without spills, with twice the
+/// warps. Measured (`bench/NOTES.md`): the tuner picks them on short sequences (128 to
+/// 512 tokens, up to 1.11x), where a small grid leaves SMs short of blocks, and never
+/// from 1024 on, where 32 rows a warp win. Where the cap spills, the resource report
+/// prunes the config. Set only when above 1.
+pub const MIN_BLOCKS: &str = "minblocks";
+
+/// The register file of one SM on every arch the portable template compiles for, in
+/// 32-bit registers.
+const REGISTERS_PER_SM: u32 = 65_536;
+/// Shared memory the runtime reserves per block on top of what the kernel asks for.
+const SMEM_RESERVED_PER_BLOCK: u32 = 1024;
+
 /// (block_m, warps): each warp owns 16 or 32 query rows.
 const BLOCK_M_WARPS: &[(u32, u32)] = &[(64, 4), (128, 4), (128, 8)];
 const BLOCK_N: &[u32] = &[32, 64, 128];
@@ -153,6 +169,26 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
             }
         }
     }
+    // Occupancy twins of the plain tiles: every blocks-per-SM count whose register cap
+    // binds (below 255) and leaves the accumulators and Q's fragments 32 registers of
+    // room; ptxas's report prunes those that spill all the same.
+    let plain: Vec<TileConfig> = out
+        .iter()
+        .filter(|c| c.switches.keys().all(|k| k == Q_IN_REGS))
+        .cloned()
+        .collect();
+    for base in plain {
+        for blocks in 2..=4 {
+            let cap = register_cap(base.warps * 32, blocks);
+            if cap < 255 && cap >= payload_registers(spec, &base) + 32 {
+                let mut c = base.clone();
+                c.switches.insert(MIN_BLOCKS.to_string(), blocks);
+                if check(spec, &c).is_ok() {
+                    out.push(c);
+                }
+            }
+        }
+    }
     // (Exp2 emulation, EXP2_EMU, is offered by check() and rendered but not enumerated:
     // on d64's soft-capped tiles it ran 0.99 to 1.00x its twin at k = 8, 0.96 to 1.00x
     // at 4 and 0.92 to 0.96x at 2; bench/NOTES.md.)
@@ -181,10 +217,9 @@ pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
     (q_or_o + c.stages * kv_stage) * spec.dtype.size() + scalars
 }
 
-/// Registers per thread: the f32 accumulators of O and S, Q's fragments when they stay
-/// in registers, plus a fixed allowance for addresses, softmax state and temporaries
-/// (measured on sm90: the real count runs 40 to 60 above the accumulators).
-pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
+/// Registers per thread that hold data across the key loop: the f32 accumulators of O
+/// and S, and Q's fragments when they stay in registers.
+fn payload_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     let m_tiles = c.block_m / c.warps / 16;
     let o = m_tiles * spec.head_dim_v / 2;
     let s = m_tiles * c.block_n / 2;
@@ -193,7 +228,23 @@ pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     } else {
         0
     };
-    o + s + q + 48
+    o + s + q
+}
+
+/// Registers per thread, as listed: [`payload_registers`] plus a fixed allowance for
+/// addresses, softmax state and temporaries (measured on sm90: the real count runs 40
+/// to 60 above the accumulators, less where registers are short), or the cap (255, or
+/// that of [`MIN_BLOCKS`]) where that is lower.
+pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
+    let free = payload_registers(spec, c) + 48;
+    free.min(register_cap(c.warps * 32, c.switch(MIN_BLOCKS, 1)))
+}
+
+/// The most registers per thread that let `blocks` blocks of `threads` share an SM:
+/// what ptxas allots under `__launch_bounds__(threads, blocks)` (whole multiples of 8,
+/// at most 255).
+fn register_cap(threads: u32, blocks: u32) -> u32 {
+    (REGISTERS_PER_SM / (threads * blocks.max(1)) / 8 * 8).min(255)
 }
 
 pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Rejection> {
@@ -238,6 +289,13 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             ),
         );
     }
+    let blocks = c.switch(MIN_BLOCKS, 1);
+    if !(1..=4).contains(&blocks) {
+        return reject(
+            RejectKind::Shape,
+            format!("minblocks {blocks}: 1 to 4 blocks per SM supported"),
+        );
+    }
     let smem = smem_bytes(spec, c);
     let limit = spec.arch.max_smem_per_block();
     if smem > limit {
@@ -251,13 +309,38 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             ),
         );
     }
-    let regs = est_registers(spec, c);
-    if regs > 255 {
+    let per_sm = spec.arch.smem_per_sm();
+    if blocks > 1 && blocks * (smem + SMEM_RESERVED_PER_BLOCK) > per_sm {
         return reject(
-            RejectKind::Registers,
-            format!("needs about {regs} registers per thread (255 at most): it would spill"),
+            RejectKind::SharedMemory,
+            format!(
+                "minblocks {blocks}: {blocks} blocks of {} KiB of shared memory do not fit the {} KiB of an {} SM",
+                smem.div_ceil(1024),
+                per_sm / 1024,
+                spec.arch
+            ),
         );
     }
+    // Only what must stay in registers over the loop prunes statically: ptxas fits the
+    // rest (addresses, softmax state) into less than the estimate's allowance often
+    // enough (d256 causal's 512-token winner is one such tile), and its resource report
+    // prunes the configs that do spill.
+    let (cap, payload) = (
+        register_cap(c.warps * 32, blocks),
+        payload_registers(spec, c),
+    );
+    if payload > cap {
+        let why = if blocks > 1 {
+            format!("minblocks {blocks} allows {cap} registers per thread")
+        } else {
+            format!("{cap} registers per thread at most")
+        };
+        return reject(
+            RejectKind::Registers,
+            format!("its accumulators and Q fragments take {payload} registers per thread, {why}: it would spill"),
+        );
+    }
+    let regs = est_registers(spec, c);
     Ok(Footprint {
         threads: c.warps * 32,
         block_m: c.block_m,
@@ -395,6 +478,7 @@ pub(super) fn render_values(
         ),
         ("lazy", json!(c.switch(LAZY, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
+        ("min_blocks", json!(c.switch(MIN_BLOCKS, 1))),
         ("swizzle", json!(swizzled(spec, c))),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
@@ -519,6 +603,76 @@ mod tests {
         let mut c = config(128, 4, 32, 1, 0);
         c.switches.insert(EXP2_EMU.to_string(), 8);
         assert_eq!(check(&capped, &c).unwrap_err().kind, RejectKind::Shape);
+    }
+
+    #[test]
+    fn occupancy_twins_cap_registers_where_the_cap_binds() {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        let all = candidates(&spec);
+        let twins: Vec<_> = all.iter().filter(|c| c.switch(MIN_BLOCKS, 1) > 1).collect();
+        assert!(!twins.is_empty());
+        for c in &twins {
+            // A twin of a plain tile (Q in registers or not, nothing else switched).
+            let mut plain = (*c).clone();
+            plain.switches.remove(MIN_BLOCKS);
+            assert!(plain.switches.keys().all(|k| k == Q_IN_REGS), "{c:?}");
+            assert!(all.contains(&plain), "{c:?} has no plain twin");
+            // Its cap binds (below ptxas's own 255) and still holds the accumulators.
+            let blocks = c.switch(MIN_BLOCKS, 1);
+            let cap = register_cap(c.warps * 32, blocks);
+            assert!(
+                cap < 255 && cap >= payload_registers(&spec, c) + 32,
+                "{c:?}"
+            );
+            assert_eq!(
+                check(&spec, c).unwrap().est_registers,
+                cap.min(payload_registers(&spec, c) + 48)
+            );
+        }
+        // 8 warps: two blocks at 128 registers; 4 warps: three at 168 or four at 128.
+        assert_eq!(register_cap(256, 2), 128);
+        assert_eq!(register_cap(128, 3), 168);
+        assert_eq!(register_cap(128, 4), 128);
+        assert_eq!(register_cap(128, 1), 255);
+        assert!(twins
+            .iter()
+            .any(|c| c.warps == 8 && c.switch(MIN_BLOCKS, 1) == 2));
+        assert!(twins
+            .iter()
+            .any(|c| c.warps == 4 && c.switch(MIN_BLOCKS, 1) == 4));
+        // Two 4-warp blocks always fit under 255 registers: no twin would change anything.
+        assert!(!twins
+            .iter()
+            .any(|c| c.warps == 4 && c.switch(MIN_BLOCKS, 1) == 2));
+        // d256's O alone (128 registers at 16 rows per warp) leaves no room under a cap.
+        let d256 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
+        assert!(candidates(&d256)
+            .iter()
+            .all(|c| c.switch(MIN_BLOCKS, 1) == 1));
+
+        // The kernel is told, and plain configs render 1 (ptxas's own choice).
+        let twin = twins[0];
+        let values = render_values(&spec, twin, &check(&spec, twin).unwrap());
+        assert!(values.contains(&("min_blocks", json!(twin.switch(MIN_BLOCKS, 1)))));
+        let plain = config(128, 4, 64, 1, 1);
+        let values = render_values(&spec, &plain, &check(&spec, &plain).unwrap());
+        assert!(values.contains(&("min_blocks", json!(1))));
+
+        // check() refuses counts the SM cannot hold: shared memory, the accumulators, range.
+        // (d128 128x64, three stages: 128 KiB, one block fits an sm90 SM, two do not.)
+        let mut c = config(128, 8, 64, 3, 0);
+        let d128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+        assert!(check(&d128, &c).is_ok());
+        c.switches.insert(MIN_BLOCKS.to_string(), 2);
+        let r = check(&d128, &c).unwrap_err();
+        assert_eq!(r.kind, RejectKind::SharedMemory, "{r:?}");
+        assert!(r.reason.contains("minblocks 2"), "{}", r.reason);
+        let mut c = config(128, 4, 128, 1, 1);
+        c.switches.insert(MIN_BLOCKS.to_string(), 4);
+        assert_eq!(check(&spec, &c).unwrap_err().kind, RejectKind::Registers);
+        let mut c = config(64, 4, 64, 1, 0);
+        c.switches.insert(MIN_BLOCKS.to_string(), 5);
+        assert_eq!(check(&spec, &c).unwrap_err().kind, RejectKind::Shape);
     }
 
     #[test]
