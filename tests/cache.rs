@@ -292,7 +292,7 @@ import sys
 sys.path.insert(0, "python")
 import fa4gen
 with fa4gen.KernelCache("generated") as c:
-    s = c.select(head_dim=96, max_seqlen_q=4096)
+    s = c.select(head_dim=96, max_seqlen_q=4096, causal=True)
     print(s["kernel"], s["reason"], s["bucket"], s["threads"])
     w = c.select(head_dim=64, max_seqlen_q=300, window_size=(128, 0), sinks=True)
     print(w["kernel"], w["reason"], w["bucket"], w["is_default"])
@@ -322,13 +322,12 @@ except fa4gen.Fa4genError as e:
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // d96 is the portable template's, tuned (unmasked: its causal keys wait for a re-tune
-    // on the new causal grid); d64 with sinks over a window the Hopper
+    // d96 is the portable template's, tuned; d64 with sinks over a window the Hopper
     // template's, by the window's width (128: its default kept; 1000 over 4096 keys: the
     // width-1024 pick), whatever max_seqlen_q; a window of 1000 over 300 keys is causal's,
     // the kernel a prefill launches for it.
     assert!(
-        text.contains("portable_sm90_bf16_d96_none_") && text.contains(" tuned 4096 "),
+        text.contains("portable_sm90_bf16_d96_causal_") && text.contains(" tuned 4096 "),
         "{text}"
     );
     assert!(
