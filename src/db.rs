@@ -17,8 +17,15 @@ use serde::{Deserialize, Serialize};
 use crate::space::Template;
 
 /// How much faster than the heuristic default a candidate must measure to be served
-/// instead of it ([`Record::choice`]).
+/// instead of it ([`Record::choice`]), once the key's finals ran.
 pub const MIN_GAIN: f64 = 1.02;
+
+/// The same before the finals ran, on screening times alone. A screening time is one
+/// short timing among a hundred candidates: a soft-capped d64 key whose tune stopped
+/// before its finals served a tile screened 1.027x the default that then ran 0.93x it
+/// (`bench/NOTES.md`), and its finals kept the default. So a screened record serves
+/// only a clear win; `tune` resumes into the finals.
+pub const MIN_GAIN_SCREENED: f64 = 1.10;
 
 /// Marks a folder as a fa4-gen tuning database, with its format version.
 const FORMAT_KEY: &[u8] = b"__fa4-gen-tuning-db__";
@@ -308,12 +315,17 @@ impl Record {
     /// The candidate to serve: the winner, unless it beats candidate 0 (the heuristic
     /// default) by less than [`MIN_GAIN`] in the same metric (both settled once the
     /// finals ran), which is within the run-to-run spread of a timing (2 to 3% between
-    /// device calls, `bench/NOTES.md`); then the default. None when nothing was
-    /// measured.
+    /// device calls, `bench/NOTES.md`), or by less than [`MIN_GAIN_SCREENED`] before
+    /// the finals; then the default. None when nothing was measured.
     pub fn choice(&self) -> Option<&Candidate> {
         let (winner, ms) = self.winner()?;
+        let min_gain = if self.finals_done() {
+            MIN_GAIN
+        } else {
+            MIN_GAIN_SCREENED
+        };
         match self.default_ms() {
-            Some(default_ms) if ms * MIN_GAIN > default_ms => self.candidates.first(),
+            Some(default_ms) if ms * min_gain > default_ms => self.candidates.first(),
             _ => Some(winner),
         }
     }
@@ -792,7 +804,22 @@ mod tests {
         let r = record(&[Some(1.00), Some(0.99)], 1024, "H200");
         assert_eq!(r.winner().unwrap().0.kernel, "k1");
         assert_eq!(r.choice().unwrap().kernel, "k0", "1% is noise");
+        // Before the finals a screening win must be clear: 5% is not, 12% is.
         let r = record(&[Some(1.00), Some(0.95)], 1024, "H200");
+        assert_eq!(
+            r.choice().unwrap().kernel,
+            "k0",
+            "screened 5% is not served"
+        );
+        assert_eq!(
+            settle(r, &[Some(1.00), Some(0.95)])
+                .choice()
+                .unwrap()
+                .kernel,
+            "k1",
+            "settled 5% is"
+        );
+        let r = record(&[Some(1.00), Some(0.88)], 1024, "H200");
         assert_eq!(r.choice().unwrap().kernel, "k1");
         // A default that failed is never served; nothing measured, nothing served.
         let r = record(&[None, Some(1.5)], 1024, "H200");

@@ -792,7 +792,7 @@ pub struct WinnerRow {
     /// Whether the key's finals ran (the ms above are settled times).
     pub settled: bool,
     /// What a dispatcher serves: the winner, or the default when the winner is within
-    /// [`crate::db::MIN_GAIN`] of it.
+    /// [`crate::db::MIN_GAIN`] of it ([`crate::db::MIN_GAIN_SCREENED`] before the finals).
     pub served_config: Option<String>,
     /// default_ms / winner_ms.
     pub speedup: Option<f64>,

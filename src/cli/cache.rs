@@ -221,7 +221,7 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
     let gpu = cache.tuned_on(arch).unwrap_or("no GPU");
     let why = match s.reason {
         Reason::Tuned { bucket } if s.is_default => format!(
-            "tuned on {gpu}, bucket {bucket}: the heuristic default, no candidate beat it by 2%"
+            "tuned on {gpu}, bucket {bucket}: the heuristic default, no candidate beat it by 2% (10% before the finals)"
         ),
         Reason::Tuned { bucket } => format!("tuned on {gpu}, bucket {bucket}: the fastest candidate"),
         Reason::NearestTuned { bucket, wanted } => format!(

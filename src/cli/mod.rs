@@ -232,7 +232,8 @@ pub struct VerifyArgs {
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Also time each cell's tuned choice from this tuning database (rows with backend
-    /// `fa4-gen-tuned`: the winner where it beats the default by 2%, else the default).
+    /// `fa4-gen-tuned`: the winner where it beats the default by 2%, or 10% on screening
+    /// times before the key's finals, else the default).
     #[arg(long)]
     pub db: Option<PathBuf>,
     /// Head dims.
