@@ -677,6 +677,7 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
     let cache = cache.to_str().unwrap();
     let mut seen_ws = false;
     let mut seen_sections = false;
+    let mut seen_capped = false;
     for args in [
         &["--head-dim", "128", "--seqlen", "1024"][..],
         &["--head-dim", "128", "--seqlen", "16384", "--mask", "none"],
@@ -691,6 +692,7 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
             "paged",
         ],
         &["--head-dim", "96", "--seqlen", "2048"],
+        &["--head-dim", "96", "--seqlen", "200"],
     ] {
         let mut all = vec!["explain", "--cache", cache];
         all.extend_from_slice(args);
@@ -742,12 +744,30 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
             && line("kernel").starts_with("hopper_");
         seen_sections |= sections;
         assert_eq!(sections, schedule.contains("L2 sections"), "{text}");
+        // A minblocks tile says how many blocks its registers leave room for.
+        let capped = config
+            .split('_')
+            .find_map(|s| s.strip_prefix("minblocks"))
+            .map(|k| format!("registers capped for {k} blocks per SM"));
+        seen_capped |= capped.is_some();
+        assert_eq!(
+            capped.is_some(),
+            schedule.contains("blocks per SM"),
+            "{text}"
+        );
+        if let Some(words) = capped {
+            assert!(schedule.contains(&words), "{text}");
+        }
         // Paged K/V are gathered row by row: never by TMA.
         if args.contains(&"paged") {
             assert!(!schedule.contains("TMA"), "{text}");
         }
     }
     assert!(seen_ws, "the Hopper template serves sm90 d128");
+    assert!(
+        seen_capped,
+        "d96 causal at 256 tokens is served a minblocks tile"
+    );
     assert!(
         seen_sections,
         "paged d128 causal is served by the one-block-per-tile Hopper kernel"

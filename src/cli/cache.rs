@@ -163,6 +163,10 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
     if warp_specialised {
         parts.push(format!("a {}-stage K/V ring", config.stages));
     }
+    let blocks = config.switch(switches::MIN_BLOCKS, 1);
+    if blocks > 1 {
+        parts.push(format!("registers capped for {blocks} blocks per SM"));
+    }
     parts.push(match (fp.tma_rows, warp_specialised) {
         (0, true) => "Q/K/V by the producer's cp.async".to_string(),
         (0, false) => "Q/K/V by cp.async".to_string(),
