@@ -8,7 +8,7 @@ use fa4_spec::{Arch, Dtype, Features, MaskKind, TileConfig};
 
 use super::{compile_pool, load_nvrtc, parse_list, CliError, CliResult};
 use crate::cache;
-use crate::db::{parse_export, Record};
+use crate::db::{parse_export, Record, MIN_GAIN, MIN_GAIN_SCREENED};
 use crate::render::Renderer;
 use crate::runtime::{KernelCache, Query, Reason};
 use crate::space::{switches, Footprint};
@@ -225,7 +225,10 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
     let gpu = cache.tuned_on(arch).unwrap_or("no GPU");
     let why = match s.reason {
         Reason::Tuned { bucket } if s.is_default => format!(
-            "tuned on {gpu}, bucket {bucket}: the heuristic default, no candidate beat it by 2% (10% before the finals)"
+            "tuned on {gpu}, bucket {bucket}: the heuristic default, no candidate beat it by \
+             {:.0}% ({:.0}% before the finals)",
+            (MIN_GAIN - 1.0) * 100.0,
+            (MIN_GAIN_SCREENED - 1.0) * 100.0
         ),
         Reason::Tuned { bucket } => format!("tuned on {gpu}, bucket {bucket}: the fastest candidate"),
         Reason::NearestTuned { bucket, wanted } => format!(
