@@ -149,11 +149,15 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
     } else {
         format!("every warp loads and computes ({} warps)", fp.threads / 32)
     }];
-    // The portable kernel's lazy switch has the Hopper one's name and meaning; the other
-    // two exist on warp-specialised kernels only.
+    // The portable kernel's lazy switch has the Hopper one's name and meaning; pingpong
+    // and overlap exist on warp-specialised kernels only, stagger on portable ones.
     for (switch, what) in [
         (switches::PINGPONG, "pingpong"),
         (switches::OVERLAP, "softmax under the previous PV GEMM"),
+        (
+            switches::STAGGER,
+            "a warp's two m-tiles in turn, one's softmax beside the other's GEMMs",
+        ),
         (switches::LAZY_RESCALE, "O rescaled lazily"),
     ] {
         if config.switch(switch, 0) == 1 {

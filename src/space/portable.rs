@@ -54,6 +54,15 @@ pub const EXP2_EMU: &str = super::hopper::EXP2_EMU;
 /// prunes the config. Set only when above 1.
 pub const MIN_BLOCKS: &str = "minblocks";
 
+/// Switch: the staggered schedule (`portable/kernel.cuh`), for warps of two m-tiles
+/// (32 rows): each m-tile is multiplied, soft-capped, masked and exponentiated in turn,
+/// and V is waited for with K, so that one m-tile's softmax and the other's GEMMs are
+/// independent work in one basic block for ptxas to interleave; a block that needs a
+/// mask runs its own copy of the body. Needs a K/V ring (2 stages or more) and no warp
+/// skipping; offered on soft-capped specs (measured in `bench/NOTES.md`). Set only when
+/// on.
+pub const STAGGER: &str = "stagger";
+
 /// The register file of one SM on every arch the portable template compiles for, in
 /// 32-bit registers.
 const REGISTERS_PER_SM: u32 = 65_536;
@@ -189,6 +198,27 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
             }
         }
     }
+    // Staggered twins of the ringed tiles of two m-tiles a warp, without other switches
+    // but Q in registers and lazy rescaling, for soft-capped specs: there the tanh makes
+    // the softmax long enough to pay (1.01 to 1.04x the twin at d64); plain d64 tiles
+    // lost up to 7% with it (`bench/NOTES.md`).
+    let ringed: Vec<TileConfig> = out
+        .iter()
+        .filter(|c| {
+            spec.features.softcap
+                && c.stages >= 2
+                && c.block_m / c.warps == 32
+                && c.switches.keys().all(|k| k == Q_IN_REGS || k == LAZY)
+        })
+        .cloned()
+        .collect();
+    for base in ringed {
+        let mut c = base;
+        c.switches.insert(STAGGER.to_string(), 1);
+        if check(spec, &c).is_ok() {
+            out.push(c);
+        }
+    }
     // (Exp2 emulation, EXP2_EMU, is offered by check() and rendered but not enumerated:
     // on d64's soft-capped tiles it ran 0.99 to 1.00x its twin at k = 8, 0.96 to 1.00x
     // at 4 and 0.92 to 0.96x at 2; bench/NOTES.md.)
@@ -286,6 +316,15 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             format!(
                 "exp2emu {emu}: every {emu}th of {} S fragments is none",
                 c.block_n / 8
+            ),
+        );
+    }
+    if c.switch(STAGGER, 0) == 1 && (c.stages < 2 || c.switch(WARP_SKIP, 0) == 1) {
+        return reject(
+            RejectKind::Shape,
+            format!(
+                "stagger needs 2 or more stages and no warp skipping ({} stages)",
+                c.stages
             ),
         );
     }
@@ -479,6 +518,7 @@ pub(super) fn render_values(
         ("lazy", json!(c.switch(LAZY, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("min_blocks", json!(c.switch(MIN_BLOCKS, 1))),
+        ("stagger", json!(c.switch(STAGGER, 0) == 1)),
         ("swizzle", json!(swizzled(spec, c))),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
@@ -603,6 +643,46 @@ mod tests {
         let mut c = config(128, 4, 32, 1, 0);
         c.switches.insert(EXP2_EMU.to_string(), 8);
         assert_eq!(check(&capped, &c).unwrap_err().kind, RejectKind::Shape);
+    }
+
+    #[test]
+    fn staggered_twins_are_ringed_soft_capped_tiles_of_two_m_tiles_a_warp() {
+        let mut spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        // Plain specs lost with it: not offered.
+        assert!(candidates(&spec).iter().all(|c| c.switch(STAGGER, 0) == 0));
+        spec.features.softcap = true;
+        let all = candidates(&spec);
+        let twins: Vec<_> = all.iter().filter(|c| c.switch(STAGGER, 0) == 1).collect();
+        assert!(!twins.is_empty());
+        for c in &twins {
+            assert!(c.stages >= 2 && c.block_m / c.warps == 32, "{c:?}");
+            let mut base = (*c).clone();
+            base.switches.remove(STAGGER);
+            assert!(
+                base.switches.keys().all(|k| k == Q_IN_REGS || k == LAZY),
+                "{c:?}"
+            );
+            assert!(all.contains(&base), "{c:?} has no twin without the switch");
+            // The same registers: the m-tiles take turns, nothing more is held.
+            assert_eq!(payload_registers(&spec, c), payload_registers(&spec, &base));
+        }
+        // d64's soft-capped winner (128x64 over 4 warps, two stages) has one.
+        let mut winner = config(128, 4, 64, 2, 1);
+        winner.switches.insert(STAGGER.to_string(), 1);
+        assert!(all.contains(&winner));
+        // The kernel is told; other configs render false.
+        let values = render_values(&spec, &winner, &check(&spec, &winner).unwrap());
+        assert!(values.contains(&("stagger", json!(true))));
+        let plain = config(128, 4, 64, 2, 1);
+        let values = render_values(&spec, &plain, &check(&spec, &plain).unwrap());
+        assert!(values.contains(&("stagger", json!(false))));
+        // check() refuses a one-stage tile (V cannot be waited for with K) and warp skipping.
+        let mut c = config(128, 4, 64, 1, 0);
+        c.switches.insert(STAGGER.to_string(), 1);
+        assert_eq!(check(&spec, &c).unwrap_err().kind, RejectKind::Shape);
+        let mut c = config(128, 4, 64, 2, SKIPPING);
+        c.switches.insert(STAGGER.to_string(), 1);
+        assert_eq!(check(&spec, &c).unwrap_err().kind, RejectKind::Shape);
     }
 
     #[test]

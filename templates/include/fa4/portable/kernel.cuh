@@ -14,6 +14,11 @@
 //             kLazy: a warp whose rows' max held skips the rescale)
 //   epilogue  O / rowsum (sink logits join the rowsum) through shared memory to
 //             global; LSE per row
+//
+// kStagger (soft-capped tiles of two m-tiles a warp) runs the same steps m-tile by
+// m-tile in one branch-free body, so that ptxas interleaves one m-tile's softcap and
+// softmax with the other's GEMMs. It is its own loop: the plain loop below keeps its
+// machine code, and with it every tuning record of the kernels that do not stagger.
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -231,173 +236,301 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     softmax.init();
     u32 q_frag[T::kQInRegs ? kMTiles : 1][T::kQInRegs ? T::kQkSteps : 1][4];
 
-    for (int tile = 0; tile < n_tiles; ++tile) {
-        const int n_block = n_end - 1 - tile;
-        // This iteration's ldmatrix bases. Swizzled, they are made opaque so that their
-        // XOR-ed variants are computed here, not hoisted out of the loop (layout.cuh).
+    if constexpr (T::kStagger) {
+        // ---- the staggered schedule: each m-tile's softmax beside the next one's GEMM ----
+        // A warp of two m-tiles multiplies, soft-caps, masks and exponentiates them one
+        // after the other, so that the MUFU's tanh/exp2 of the first and the tensor cores'
+        // QK GEMM of the second (then the first's PV GEMM and the second's softmax) are
+        // independent work in one basic block: V is waited for with K at the top, and a
+        // block that needs masking takes its own copy of the body, so no branch splits it.
+        // The K and V fragments are read once per m-tile.
+        using Scores = float[kMTiles][kNTiles][4];
         const auto fresh = [](u32 x) { return T::kSwizzle ? opaque(x) : x; };
-        const u32 q_base = fresh(q_lane);
-        const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
-        const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
-
-        cp_async_wait<kWaitK>();  // K(tile) (and Q) have landed for this thread ...
-        __syncthreads();          // ... and for every thread; tile-1 is fully consumed
-        if constexpr (kStages >= 2) {
-            // The slot of tile-1 is free: refill it with the tile kStages-1 ahead.
+        for (int tile = 0; tile < n_tiles; ++tile) {
+            const int n_block = n_end - 1 - tile;
+            const u32 q_base = fresh(q_lane);
+            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
+            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
+            cp_async_wait<2 * kStages - 4>();  // K(tile) and V(tile) have landed for this thread ...
+            __syncthreads();                   // ... and for every thread; tile-1 is fully consumed
             if (tile + kStages - 1 < n_tiles) {
                 load_k(tile + kStages - 1, true);
                 load_v(tile + kStages - 1, true);
             }
             cp_async_commit();
             cp_async_commit();
-        }
-        if constexpr (T::kQInRegs) {
-            if (tile == 0) {
+            if constexpr (T::kQInRegs) {
+                if (tile == 0) {
 #pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt)
+                    for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-                    for (int ks = 0; ks < T::kQkSteps; ++ks)
-                        ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
-            }
-        }
-
-        // kWarpSkip: a warp whose rows see none of this block's keys (the diagonal block
-        // of a causal mask, both edges of a window) skips its GEMMs and softmax; its
-        // running max, sum and O stay what a fully masked block would leave. The branch
-        // is uniform per warp; without the switch it compiles away.
-        bool warp_visits = true;
-        if constexpr (T::kWarpSkip && T::kMask != MaskKind::None) {
-            const BlockScalars scalars = *block_scalars;
-            const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
-            const int warp_first = (row_begin + warp_row) / kGroup;
-            const int warp_last = (row_begin + warp_row + T::kRowsPerWarp - 1) / kGroup;
-            warp_visits = mask.block_visible(warp_first, warp_last, n_block * T::kBlockN, (n_block + 1) * T::kBlockN);
-        }
-
-        // ---- QK GEMM: S = Q K^T ----------------------------------------------------------
-        float s[kMTiles][kNTiles][4];
-        if (warp_visits) {
-#pragma unroll
-            for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-#pragma unroll
-            for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                u32 a[kMTiles][4];
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt) {
-                    if constexpr (T::kQInRegs) {
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
-                    } else {
-                        ldmatrix_x4(a[mt], LayoutQK::at(q_base, mt * 16, ks));
-                    }
-                }
-#pragma unroll
-                for (int np = 0; np < kNTiles / 2; ++np) {
-                    u32 b[4];
-                    ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
-#pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt) {
-                        mma_16816<kBf16>(s[mt][2 * np], a[mt], b[0], b[1]);
-                        mma_16816<kBf16>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-                    }
+                        for (int ks = 0; ks < T::kQkSteps; ++ks)
+                            ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
                 }
             }
-        }  // warp_visits
-        if constexpr (kStages == 1) {
-            __syncthreads();  // every warp is done with the K buffer
-            if (tile + 1 < n_tiles) load_k(tile + 1, true);
-            cp_async_commit();
-        }
-
-        if (warp_visits) {
-            // ---- soft-capping: S = cap * tanh(S * scale / cap) ----------------------------
-            if constexpr (T::kSoftcap) {
-                const float to_unit = params.softmax_scale / params.softcap;
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            s[mt][nt][e] = kCapFolded ? tanh_approx(s[mt][nt][e] * to_unit)
-                                                      : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
-            }
-
-            // ---- mask: only blocks that cross a mask edge or the end of the keys ---------
             const int col_begin = n_block * T::kBlockN;
             const BlockScalars scalars = *block_scalars;
-            const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left,
-                                      params.window_right};
-            // Without a mask only the first block visited (the last keys) can straddle the end.
+            const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
             const bool needs_mask = T::kMask == MaskKind::None
                                         ? tile == 0
                                         : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
-            if (needs_mask) {
+            // `masked` is a literal at both calls: each inlined copy is one basic block.
+            const auto body = [&](const bool masked) {
+                Scores s;
 #pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt)
+                for (int mt = 0; mt < kMTiles; ++mt) {
+                    // QK GEMM of this m-tile.
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
-                        const int first = mask.col_begin(row);
-                        const int end = mask.col_end(row);
+                    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+                    for (int ks = 0; ks < T::kQkSteps; ++ks) {
+                        u32 a[4];
+                        if constexpr (T::kQInRegs) {
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) a[i] = q_frag[mt][ks][i];
+                        } else {
+                            ldmatrix_x4(a, LayoutQK::at(q_base, mt * 16, ks));
+                        }
+#pragma unroll
+                        for (int np = 0; np < kNTiles / 2; ++np) {
+                            u32 b[4];
+                            ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
+                            mma_16816<kBf16>(s[mt][2 * np], a, b[0], b[1]);
+                            mma_16816<kBf16>(s[mt][2 * np + 1], a, b[2], b[3]);
+                        }
+                    }
+                    // Soft-capping.
+                    if constexpr (T::kSoftcap) {
+                        const float to_unit = params.softmax_scale / params.softcap;
 #pragma unroll
                         for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
-                            for (int e = 0; e < 2; ++e) {
-                                const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                                if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
-                            }
+                            for (int e = 0; e < 4; ++e)
+                                s[mt][nt][e] = kCapFolded ? tanh_approx(s[mt][nt][e] * to_unit)
+                                                          : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
                     }
-            }
-
-            // ---- online softmax; rescale what O holds so far ---------------------------
-            float o_scale[2 * kMTiles];
-            if (softmax.update(s, score_scale_log2, o_scale)) {
+                    // Mask (selects, no branch).
+                    if (masked) {
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
+                            const int first = mask.col_begin(row);
+                            const int end = mask.col_end(row);
+#pragma unroll
+                            for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+                                for (int e = 0; e < 2; ++e) {
+                                    const int col = col_begin + nt * 8 + quad_col * 2 + e;
+                                    if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
+                                }
+                        }
+                    }
+                    // Online softmax of this m-tile's rows; rescale its O.
+                    float o_scale[2];
+                    if (softmax.update_m_tile(s, mt, score_scale_log2, o_scale)) {
+#pragma unroll
+                        for (int ot = 0; ot < kOTiles; ++ot)
+#pragma unroll
+                            for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[e / 2];
+                    }
+                }
+                // PV GEMM, m-tile by m-tile.
 #pragma unroll
                 for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-                    for (int ot = 0; ot < kOTiles; ++ot)
+                    for (int ks = 0; ks < T::kPvSteps; ++ks) {
+                        u32 a[4];
+                        a[0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+                        a[1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+                        a[2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+                        a[3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+                        for (int dp = 0; dp < kOTiles / 2; ++dp) {
+                            u32 b[4];
+                            ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
+                            mma_16816<kBf16>(o_acc[mt][2 * dp], a, b[0], b[1]);
+                            mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a, b[2], b[3]);
+                        }
+                    }
+            };
+            if (needs_mask) {
+                body(true);
+            } else {
+                body(false);
             }
-        }  // warp_visits
+        }
+    } else {
+        for (int tile = 0; tile < n_tiles; ++tile) {
+            const int n_block = n_end - 1 - tile;
+            // This iteration's ldmatrix bases. Swizzled, they are made opaque so that their
+            // XOR-ed variants are computed here, not hoisted out of the loop (layout.cuh).
+            const auto fresh = [](u32 x) { return T::kSwizzle ? opaque(x) : x; };
+            const u32 q_base = fresh(q_lane);
+            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
+            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
 
-        cp_async_wait<kWaitV>();  // V(tile) has landed for this thread ...
-        __syncthreads();          // ... and for every thread
-
-        // ---- PV GEMM: O += P V, P packed from the S fragments in registers ---------------
-        if (warp_visits) {
-#pragma unroll
-            for (int ks = 0; ks < T::kPvSteps; ++ks) {
-                u32 a[kMTiles][4];
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt) {
-                    a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-                    a[mt][1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-                    a[mt][2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-                    a[mt][3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+            cp_async_wait<kWaitK>();  // K(tile) (and Q) have landed for this thread ...
+            __syncthreads();          // ... and for every thread; tile-1 is fully consumed
+            if constexpr (kStages >= 2) {
+                // The slot of tile-1 is free: refill it with the tile kStages-1 ahead.
+                if (tile + kStages - 1 < n_tiles) {
+                    load_k(tile + kStages - 1, true);
+                    load_v(tile + kStages - 1, true);
                 }
-#pragma unroll
-                for (int dp = 0; dp < kOTiles / 2; ++dp) {
-                    u32 b[4];
-                    ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
-#pragma unroll
+                cp_async_commit();
+                cp_async_commit();
+            }
+            if constexpr (T::kQInRegs) {
+                if (tile == 0) {
+    #pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt)
+    #pragma unroll
+                        for (int ks = 0; ks < T::kQkSteps; ++ks)
+                            ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
+                }
+            }
+
+            // kWarpSkip: a warp whose rows see none of this block's keys (the diagonal block
+            // of a causal mask, both edges of a window) skips its GEMMs and softmax; its
+            // running max, sum and O stay what a fully masked block would leave. The branch
+            // is uniform per warp; without the switch it compiles away.
+            bool warp_visits = true;
+            if constexpr (T::kWarpSkip && T::kMask != MaskKind::None) {
+                const BlockScalars scalars = *block_scalars;
+                const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
+                const int warp_first = (row_begin + warp_row) / kGroup;
+                const int warp_last = (row_begin + warp_row + T::kRowsPerWarp - 1) / kGroup;
+                warp_visits = mask.block_visible(warp_first, warp_last, n_block * T::kBlockN, (n_block + 1) * T::kBlockN);
+            }
+
+            // ---- QK GEMM: S = Q K^T ----------------------------------------------------------
+            float s[kMTiles][kNTiles][4];
+            if (warp_visits) {
+    #pragma unroll
+                for (int mt = 0; mt < kMTiles; ++mt)
+    #pragma unroll
+                    for (int nt = 0; nt < kNTiles; ++nt)
+    #pragma unroll
+                        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+    #pragma unroll
+                for (int ks = 0; ks < T::kQkSteps; ++ks) {
+                    u32 a[kMTiles][4];
+    #pragma unroll
                     for (int mt = 0; mt < kMTiles; ++mt) {
-                        mma_16816<kBf16>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
-                        mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                        if constexpr (T::kQInRegs) {
+    #pragma unroll
+                            for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
+                        } else {
+                            ldmatrix_x4(a[mt], LayoutQK::at(q_base, mt * 16, ks));
+                        }
+                    }
+    #pragma unroll
+                    for (int np = 0; np < kNTiles / 2; ++np) {
+                        u32 b[4];
+                        ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
+    #pragma unroll
+                        for (int mt = 0; mt < kMTiles; ++mt) {
+                            mma_16816<kBf16>(s[mt][2 * np], a[mt], b[0], b[1]);
+                            mma_16816<kBf16>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                        }
                     }
                 }
+            }  // warp_visits
+            if constexpr (kStages == 1) {
+                __syncthreads();  // every warp is done with the K buffer
+                if (tile + 1 < n_tiles) load_k(tile + 1, true);
+                cp_async_commit();
             }
-        }  // warp_visits
-        if constexpr (kStages == 1) {
-            __syncthreads();  // every warp is done with the V buffer
-            if (tile + 1 < n_tiles) load_v(tile + 1, true);
-            cp_async_commit();
+
+            if (warp_visits) {
+                // ---- soft-capping: S = cap * tanh(S * scale / cap) ----------------------------
+                if constexpr (T::kSoftcap) {
+                    const float to_unit = params.softmax_scale / params.softcap;
+    #pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt)
+    #pragma unroll
+                        for (int nt = 0; nt < kNTiles; ++nt)
+    #pragma unroll
+                            for (int e = 0; e < 4; ++e)
+                                s[mt][nt][e] = kCapFolded ? tanh_approx(s[mt][nt][e] * to_unit)
+                                                          : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
+                }
+
+                // ---- mask: only blocks that cross a mask edge or the end of the keys ---------
+                const int col_begin = n_block * T::kBlockN;
+                const BlockScalars scalars = *block_scalars;
+                const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left,
+                                          params.window_right};
+                // Without a mask only the first block visited (the last keys) can straddle the end.
+                const bool needs_mask = T::kMask == MaskKind::None
+                                            ? tile == 0
+                                            : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
+                                                                    col_begin + T::kBlockN);
+                if (needs_mask) {
+    #pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt)
+    #pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
+                            const int first = mask.col_begin(row);
+                            const int end = mask.col_end(row);
+    #pragma unroll
+                            for (int nt = 0; nt < kNTiles; ++nt)
+    #pragma unroll
+                                for (int e = 0; e < 2; ++e) {
+                                    const int col = col_begin + nt * 8 + quad_col * 2 + e;
+                                    if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
+                                }
+                        }
+                }
+
+                // ---- online softmax; rescale what O holds so far ---------------------------
+                float o_scale[2 * kMTiles];
+                if (softmax.update(s, score_scale_log2, o_scale)) {
+    #pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt)
+    #pragma unroll
+                        for (int ot = 0; ot < kOTiles; ++ot)
+    #pragma unroll
+                            for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+                }
+            }  // warp_visits
+
+            cp_async_wait<kWaitV>();  // V(tile) has landed for this thread ...
+            __syncthreads();          // ... and for every thread
+
+            // ---- PV GEMM: O += P V, P packed from the S fragments in registers ---------------
+            if (warp_visits) {
+    #pragma unroll
+                for (int ks = 0; ks < T::kPvSteps; ++ks) {
+                    u32 a[kMTiles][4];
+    #pragma unroll
+                    for (int mt = 0; mt < kMTiles; ++mt) {
+                        a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+                        a[mt][1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+                        a[mt][2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+                        a[mt][3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+                    }
+    #pragma unroll
+                    for (int dp = 0; dp < kOTiles / 2; ++dp) {
+                        u32 b[4];
+                        ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
+    #pragma unroll
+                        for (int mt = 0; mt < kMTiles; ++mt) {
+                            mma_16816<kBf16>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
+                            mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
+                        }
+                    }
+                }
+            }  // warp_visits
+            if constexpr (kStages == 1) {
+                __syncthreads();  // every warp is done with the V buffer
+                if (tile + 1 < n_tiles) load_v(tile + 1, true);
+                cp_async_commit();
+            }
         }
     }
 

@@ -89,6 +89,44 @@ struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
             return kLazy ? __any_sync(0xffffffffu, grew_any) : true;
         }
     }
+
+    // update() for the two rows of one m-tile only (kStagger: each m-tile's softmax runs
+    // as soon as its own QK GEMM is done). Same arithmetic, per m-tile votes.
+    __device__ __forceinline__ bool update_m_tile(float (&s)[kMTiles][kNTiles][4], int mt, float scale_log2,
+                                                  float (&o_scale)[2]) {
+        bool grew_any = false;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = mt * 2 + h;
+            float mx = row_max[r];
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+            mx = quad_max(mx);
+            if (kLazy && mx * scale_log2 - row_max[r] * scale_log2 <= kLazyRescaleLog2) mx = row_max[r];
+            const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
+            if constexpr (kLazy) {
+                const bool grew = mx != row_max[r];
+                o_scale[h] = grew ? exp2_approx(row_max[r] * scale_log2 - offset) : 1.f;
+                grew_any |= grew;
+            } else {
+                o_scale[h] = exp2_approx(row_max[r] * scale_log2 - offset);
+            }
+            row_max[r] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    const float x = fmaf(s[mt][nt][e], scale_log2, -offset);
+                    const float p = emulated(nt) ? exp2_emulated(x) : exp2_approx(x);
+                    s[mt][nt][e] = p;
+                    sum += p;
+                }
+            }
+            row_sum[r] = row_sum[r] * o_scale[h] + sum;
+        }
+        return kLazy ? __any_sync(0xffffffffu, grew_any) : true;
+    }
 };
 
 }  // namespace portable

@@ -30,6 +30,7 @@ struct Traits {
     static constexpr bool kWarpSkip = Config::kWarpSkip; // warps skip masked blocks they cannot see
     static constexpr bool kLazy = Config::kLazy;         // rescale O only when a row's max grows 2^8
     static constexpr int kExp2EmuEvery = Config::kExp2EmuEvery;  // every k-th S fragment's exp2 by FMAs (0: none)
+    static constexpr bool kStagger = Config::kStagger;   // m-tiles one after the other, softmax beside GEMM
 
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = kBlockM / kWarps;
@@ -68,6 +69,7 @@ struct Traits {
     static_assert(kBlockN % 16 == 0, "block_n is a multiple of 16 (one PV k-step)");
     static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims are multiples of 16");
     static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
+    static_assert(!kStagger || (kStages >= 2 && !kWarpSkip), "the staggered schedule waits for V with K: a ring");
 };
 
 }  // namespace portable
