@@ -100,6 +100,10 @@ impl Case {
         Case { page_size, ..self }
     }
 
+    pub fn softcap(self, softcap: f32) -> Self {
+        Case { softcap, ..self }
+    }
+
     pub fn is_varlen(&self) -> bool {
         !self.seqlens.is_empty()
     }

@@ -43,7 +43,9 @@ pub const LSE_TOLERANCE: f64 = 1e-3;
 /// (a cached prefix, and more queries than keys, which leaves causal rows with nothing to
 /// see); a query without keys; GQA and MQA; a strided layout; varlen batches with empty
 /// sequences, ragged lengths and prefixes; a gpt-oss-20b layer (64 query heads on 8 KV
-/// heads, window 128) and a Llama-3-8B layer (32 on 8). Local-mask kernels see a
+/// heads, window 128) and a Llama-3-8B layer (32 on 8); Gemma-2's cap (50) and one past
+/// the 51.9 up to which soft-capped kernels may fix their exponent offset by the cap
+/// (`capoffset`; past it they take the max-offset path). Local-mask kernels see a
 /// different window in each (both sides, one side, none, and empty rows); paged kernels a
 /// different page size (1 key per page, SGLang's default, to 256, and sizes that are
 /// and are not multiples of the key tile).
@@ -73,6 +75,14 @@ pub fn standard_cases() -> Vec<Case> {
             .window(200, -1)
             .page_size(256),
         Case::new("q5_k0", 1, 5, 0, 2, 2).window(4, 4),
+        Case::new("cap50_s700_gqa2to1", 2, 700, 700, 4, 2)
+            .window(256, 0)
+            .page_size(64)
+            .softcap(50.0),
+        Case::new("cap100_q96_k400", 2, 96, 400, 4, 4)
+            .window(100, 10)
+            .page_size(1)
+            .softcap(100.0),
         // Many short sequences over few heads: causal grids of more z than x.
         Case::new("b9_s200_gqa2to1", 9, 200, 200, 2, 1)
             .window(40, 0)
@@ -513,6 +523,10 @@ mod tests {
         assert!(cases.iter().any(|c| c.heads_q != c.heads_kv));
         assert!(cases.iter().any(|c| c.row_pad > 0));
         assert!(cases.iter().any(|c| c.timed));
+        // Caps on both sides of the fixed offset's limit (51.9), and the small default.
+        assert!(cases.iter().any(|c| c.softcap == 50.0));
+        assert!(cases.iter().any(|c| c.softcap > 52.0));
+        assert!(cases.iter().any(|c| c.softcap < 2.0));
         assert!(cases.iter().any(|c| c.window.0 >= 0 && c.window.1 >= 0));
         assert!(cases.iter().any(|c| c.window.0 < 0 || c.window.1 < 0));
         // Varlen batches with empty sequences, queries without keys and cached prefixes.

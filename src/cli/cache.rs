@@ -158,6 +158,10 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
             switches::STAGGER,
             "a warp's two m-tiles in turn, one's softmax beside the other's GEMMs",
         ),
+        (
+            switches::CAP_OFFSET,
+            "exponents offset by the cap's bound (no row max) for caps up to 51.9",
+        ),
         (switches::LAZY_RESCALE, "O rescaled lazily"),
     ] {
         if config.switch(switch, 0) == 1 {

@@ -13,7 +13,7 @@ pub mod switches {
     pub use super::hopper::{
         EXP2_EMU, LAZY_RESCALE, MUFU_TURNS, OVERLAP, PERSISTENT, PINGPONG, WARP_SPECIALIZED,
     };
-    pub use super::portable::{MIN_BLOCKS, PACK_GQA, STAGGER};
+    pub use super::portable::{CAP_OFFSET, MIN_BLOCKS, PACK_GQA, STAGGER};
 }
 
 use std::fmt;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use fa4_spec::{Arch, KernelSpec, MaskKind, TileConfig};
+use fa4_spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
 use serde_json::{json, Value};
 
 use super::{Footprint, RejectKind, Rejection};
@@ -62,6 +62,14 @@ pub const MIN_BLOCKS: &str = "minblocks";
 /// skipping; offered on soft-capped specs (measured in `bench/NOTES.md`). Set only when
 /// on.
 pub const STAGGER: &str = "stagger";
+
+/// Switch (bf16 soft-capped specs): the exponent's offset fixed by the cap. A
+/// soft-capped score is at most the cap, so one offset per launch keeps every p normal
+/// and below 2^48 (`portable/softmax.cuh`): the row max, its shuffles and O's rescale
+/// go, and each score's tanh and exp2 are independent of the others'. Caps above 51.9
+/// take the max-offset path that the kernel also holds; fp16's P would overflow. Set
+/// only when on.
+pub const CAP_OFFSET: &str = "capoffset";
 
 /// The register file of one SM on every arch the portable template compiles for, in
 /// 32-bit registers.
@@ -202,27 +210,40 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // but Q in registers and lazy rescaling, for soft-capped specs: there the tanh makes
     // the softmax long enough to pay (1.01 to 1.04x the twin at d64); plain d64 tiles
     // lost up to 7% with it (`bench/NOTES.md`).
-    let ringed: Vec<TileConfig> = out
-        .iter()
-        .filter(|c| {
-            spec.features.softcap
-                && c.stages >= 2
-                && c.block_m / c.warps == 32
-                && c.switches.keys().all(|k| k == Q_IN_REGS || k == LAZY)
-        })
-        .cloned()
-        .collect();
-    for base in ringed {
-        let mut c = base;
-        c.switches.insert(STAGGER.to_string(), 1);
-        if check(spec, &c).is_ok() {
-            out.push(c);
-        }
-    }
+    push_twins(&mut out, spec, STAGGER, |c| {
+        spec.features.softcap
+            && c.stages >= 2
+            && c.block_m / c.warps == 32
+            && c.switches.keys().all(|k| k == Q_IN_REGS || k == LAZY)
+    });
+    // The cap's fixed offset (bf16 soft-capped specs): twins of the plain, lazy and
+    // staggered tiles.
+    push_twins(&mut out, spec, CAP_OFFSET, |c| {
+        c.switches
+            .keys()
+            .all(|k| k == Q_IN_REGS || k == LAZY || k == STAGGER)
+    });
     // (Exp2 emulation, EXP2_EMU, is offered by check() and rendered but not enumerated:
     // on d64's soft-capped tiles it ran 0.99 to 1.00x its twin at k = 8, 0.96 to 1.00x
     // at 4 and 0.92 to 0.96x at 2; bench/NOTES.md.)
     out
+}
+
+/// Adds a twin with `switch` on of each config in `out` that `of` selects, where
+/// check() passes.
+fn push_twins(
+    out: &mut Vec<TileConfig>,
+    spec: &KernelSpec,
+    switch: &str,
+    of: impl Fn(&TileConfig) -> bool,
+) {
+    let bases: Vec<TileConfig> = out.iter().filter(|c| of(c)).cloned().collect();
+    for mut c in bases {
+        c.switches.insert(switch.to_string(), 1);
+        if check(spec, &c).is_ok() {
+            out.push(c);
+        }
+    }
 }
 
 /// Shared-memory layout (traits.cuh, layout.cuh): rows of whole 128-byte lines (head
@@ -327,6 +348,20 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
                 c.stages
             ),
         );
+    }
+    if c.switch(CAP_OFFSET, 0) == 1 {
+        let why = if !spec.features.softcap {
+            Some("a fixed offset needs soft-capped scores")
+        } else if spec.dtype != Dtype::Bf16 {
+            Some("a fixed offset needs P in bf16 (2^48 overflows fp16)")
+        } else if c.switch(EXP2_EMU, 0) != 0 {
+            Some("a fixed offset takes every exp2 on the MUFU (no exp2emu)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return reject(RejectKind::Shape, format!("capoffset: {why}"));
+        }
     }
     let blocks = c.switch(MIN_BLOCKS, 1);
     if !(1..=4).contains(&blocks) {
@@ -470,12 +505,40 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     } else {
         &[]
     };
-    measured
+    let chosen = measured
         .iter()
         .chain(generic)
         .map(|&(m, w, n, s, q)| config(m, w, n, s, q))
         .find(|c| check(spec, c).is_ok())
-        .unwrap_or_else(|| config(64, 4, 32, 1, 0))
+        .unwrap_or_else(|| config(64, 4, 32, 1, 0));
+    if !(softcap && spec.dtype == Dtype::Bf16) {
+        return chosen;
+    }
+    // bf16 soft-capped: the cap's fixed offset (CAP_OFFSET). Measured on the H200: the
+    // staggered d64 128x64x4 tile with it 1.06 to 1.13x the plain pick above, the
+    // unpadded d128 128x64x4 one 1.10 to 1.16x the padded pick
+    // (`bench/results/2026-12-03-h200-b751ec7-dirty-capoffset-ab-*`). Elsewhere, the chosen
+    // tile's twin (the switch changes only the softmax's arithmetic; compile-checked on
+    // those arches, not timed there).
+    let with = |mut c: TileConfig, switches: &[&str]| {
+        for s in switches {
+            c.switches.insert(s.to_string(), 1);
+        }
+        c
+    };
+    let mut offset = Vec::new();
+    if !measured.is_empty() && spec.mask != MaskKind::Local {
+        match spec.head_dim {
+            64 => offset.push(with(config(128, 4, 64, 2, 1), &[STAGGER, CAP_OFFSET])),
+            128 => offset.push(with(config(128, 4, 64, 1, 0), &[CAP_OFFSET])),
+            _ => {}
+        }
+    }
+    offset.push(with(chosen.clone(), &[CAP_OFFSET]));
+    offset
+        .into_iter()
+        .find(|c| check(spec, c).is_ok())
+        .unwrap_or(chosen)
 }
 
 pub(super) fn render_values(
@@ -519,6 +582,7 @@ pub(super) fn render_values(
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("min_blocks", json!(c.switch(MIN_BLOCKS, 1))),
         ("stagger", json!(c.switch(STAGGER, 0) == 1)),
+        ("cap_offset", json!(c.switch(CAP_OFFSET, 0) == 1)),
         ("swizzle", json!(swizzled(spec, c))),
         ("smem_bytes", json!(fp.smem_bytes)),
     ]
@@ -527,7 +591,6 @@ pub(super) fn render_values(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fa4_spec::Dtype;
 
     #[test]
     fn smem_matches_hand_computation() {
@@ -627,8 +690,8 @@ mod tests {
         assert!(candidates(&capped)
             .iter()
             .all(|c| c.switch(EXP2_EMU, 0) == 0));
-        // Offered to a probe: the d64 soft-capped default's twins check and render k.
-        let base = default_config(&capped);
+        // Offered to a probe: the d64 soft-capped plain tile's twins check and render k.
+        let base = config(128, 4, 64, 2, 1);
         for k in [2, 4, 8] {
             let mut c = base.clone();
             c.switches.insert(EXP2_EMU.to_string(), k);
@@ -652,7 +715,10 @@ mod tests {
         assert!(candidates(&spec).iter().all(|c| c.switch(STAGGER, 0) == 0));
         spec.features.softcap = true;
         let all = candidates(&spec);
-        let twins: Vec<_> = all.iter().filter(|c| c.switch(STAGGER, 0) == 1).collect();
+        let twins: Vec<_> = all
+            .iter()
+            .filter(|c| c.switch(STAGGER, 0) == 1 && c.switch(CAP_OFFSET, 0) == 0)
+            .collect();
         assert!(!twins.is_empty());
         for c in &twins {
             assert!(c.stages >= 2 && c.block_m / c.warps == 32, "{c:?}");
@@ -683,6 +749,120 @@ mod tests {
         let mut c = config(128, 4, 64, 2, SKIPPING);
         c.switches.insert(STAGGER.to_string(), 1);
         assert_eq!(check(&spec, &c).unwrap_err().kind, RejectKind::Shape);
+    }
+
+    #[test]
+    fn cap_offset_twins_are_bf16_soft_capped_plain_lazy_and_staggered_tiles() {
+        let mut spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
+        assert!(candidates(&spec)
+            .iter()
+            .all(|c| c.switch(CAP_OFFSET, 0) == 0));
+        spec.features.softcap = true;
+        let all = candidates(&spec);
+        let fixed: Vec<_> = all
+            .iter()
+            .filter(|c| c.switch(CAP_OFFSET, 0) == 1)
+            .collect();
+        let bases = all
+            .iter()
+            .filter(|c| {
+                c.switch(CAP_OFFSET, 0) == 0
+                    && c.switches
+                        .keys()
+                        .all(|k| k == Q_IN_REGS || k == LAZY || k == STAGGER)
+            })
+            .count();
+        // One twin per such tile (every one passes check), none of other switches.
+        assert_eq!(fixed.len(), bases);
+        assert!(fixed.iter().any(|c| c.switch(STAGGER, 0) == 1));
+        assert!(fixed.iter().any(|c| c.switch(LAZY, 0) == 1));
+        for c in &fixed {
+            let mut base = (*c).clone();
+            base.switches.remove(CAP_OFFSET);
+            assert!(all.contains(&base), "{c:?}");
+            let values = render_values(&spec, c, &check(&spec, c).unwrap());
+            assert!(values.contains(&("cap_offset", json!(true))));
+        }
+        let mut winner = config(128, 4, 64, 2, 1);
+        winner.switches.insert(STAGGER.to_string(), 1);
+        let values = render_values(&spec, &winner, &check(&spec, &winner).unwrap());
+        assert!(values.contains(&("cap_offset", json!(false))));
+        // fp16 (P up to 2^48), caps absent, and the plain loop are refused with the reason.
+        winner.switches.insert(CAP_OFFSET.to_string(), 1);
+        assert!(check(&spec, &winner).is_ok());
+        let mut fp16 = spec;
+        fp16.dtype = Dtype::Fp16;
+        assert!(candidates(&fp16)
+            .iter()
+            .all(|c| c.switch(CAP_OFFSET, 0) == 0));
+        let err = check(&fp16, &winner).unwrap_err();
+        assert!(err.reason.contains("fp16"), "{}", err.reason);
+        let mut plain_spec = spec;
+        plain_spec.features.softcap = false;
+        assert!(check(&plain_spec, &winner).is_err());
+        winner.switches.insert(EXP2_EMU.to_string(), 8);
+        let err = check(&spec, &winner).unwrap_err();
+        assert!(err.reason.contains("exp2emu"), "{}", err.reason);
+    }
+
+    #[test]
+    fn bf16_soft_capped_defaults_fix_the_offset() {
+        for arch in [Arch::Sm80, Arch::Sm86, Arch::Sm89, Arch::Sm90, Arch::Sm120] {
+            for head_dim in [64, 128, 256] {
+                for mask in [MaskKind::None, MaskKind::Causal, MaskKind::Local] {
+                    let mut spec = KernelSpec::new(arch, Dtype::Bf16, head_dim, mask);
+                    spec.features.softcap = true;
+                    let c = default_config(&spec);
+                    assert_eq!(c.switch(CAP_OFFSET, 0), 1, "{spec:?}: {c:?}");
+                    assert!(check(&spec, &c).is_ok());
+                    spec.dtype = Dtype::Fp16;
+                    assert_eq!(default_config(&spec).switch(CAP_OFFSET, 0), 0);
+                    spec.dtype = Dtype::Bf16;
+                    spec.features.softcap = false;
+                    assert_eq!(default_config(&spec).switch(CAP_OFFSET, 0), 0);
+                }
+            }
+        }
+        // The H200's measured picks: d64 staggered, d128 unpadded.
+        let mut spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+        spec.features.softcap = true;
+        assert_eq!(default_config(&spec).switch(STAGGER, 0), 1);
+        spec.head_dim = 128;
+        spec.head_dim_v = 128;
+        assert_eq!(default_config(&spec).switch(PADDED, 0), 0);
+    }
+
+    #[test]
+    fn cap_offset_bounds_keep_p_normal_and_finite() {
+        // The constants the kernel uses (portable/softmax.cuh), read from the template.
+        let templates = crate::templates::TemplateSet::embedded();
+        let (_, softmax) = templates
+            .headers()
+            .find(|(name, _)| *name == "fa4/portable/softmax.cuh")
+            .unwrap();
+        let constant = |name: &str| -> f64 {
+            let line = softmax
+                .lines()
+                .find(|l| l.contains(&format!("constexpr float {name} =")))
+                .unwrap_or_else(|| panic!("{name} not in softmax.cuh"));
+            let value = line.split('=').nth(1).unwrap();
+            value
+                .trim()
+                .trim_end_matches(';')
+                .trim_end_matches('f')
+                .parse()
+                .unwrap()
+        };
+        let headroom = constant("kCapOffsetHeadroomLog2");
+        let max_cap_log2 = constant("kCapOffsetMaxCapLog2");
+        // The smallest p (a score at -cap, 2C below the bound) is a normal f32 and bf16
+        // with 24 binades below it, so that the row's mantissa survives.
+        assert!(headroom - 2.0 * max_cap_log2 >= -126.0 + 24.0);
+        // The largest, times 2^20 keys and values up to 2^59, stays finite in f32.
+        assert!(headroom + 20.0 + 59.0 < 128.0);
+        // Gemma-2's cap (50) takes the fixed offset; fp16's P (at most 65504) could not.
+        assert!(50.0 * std::f64::consts::LOG2_E <= max_cap_log2);
+        assert!(2f64.powf(headroom) > 65504.0);
     }
 
     #[test]

@@ -19,6 +19,8 @@
 // m-tile in one branch-free body, so that ptxas interleaves one m-tile's softcap and
 // softmax with the other's GEMMs. It is its own loop: the plain loop below keeps its
 // machine code, and with it every tuning record of the kernels that do not stagger.
+// kCapOffset (either loop) drops the row max: soft-capped scores are bounded, so one
+// fixed offset serves every row (softmax.cuh).
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -235,6 +237,13 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     Softmax<kMTiles, kNTiles, T::kLazy, T::kExp2EmuEvery> softmax;
     softmax.init();
     u32 q_frag[T::kQInRegs ? kMTiles : 1][T::kQInRegs ? T::kQkSteps : 1][4];
+    // kCapOffset: the exponent's offset fixed by the cap (softmax.cuh), where it fits.
+    const float cap_log2 = params.softcap * kLog2e;
+    bool cap_offset = false;
+    if constexpr (T::kCapOffset) {
+        cap_offset = softmax.cap_offset_fits(cap_log2);
+        if (cap_offset) softmax.init_cap_offset(cap_log2);
+    }
 
     if constexpr (T::kStagger) {
         // ---- the staggered schedule: each m-tile's softmax beside the next one's GEMM ----
@@ -275,8 +284,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                                         ? tile == 0
                                         : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
                                                                 col_begin + T::kBlockN);
-            // `masked` is a literal at both calls: each inlined copy is one basic block.
-            const auto body = [&](const bool masked) {
+            // `masked` and `fixed` are literals at every call: each inlined copy is one
+            // basic block.
+            const auto body = [&](const bool masked, const bool fixed) {
                 Scores s;
 #pragma unroll
                 for (int mt = 0; mt < kMTiles; ++mt) {
@@ -309,8 +319,9 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                         for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
                             for (int e = 0; e < 4; ++e)
-                                s[mt][nt][e] = kCapFolded ? tanh_approx(s[mt][nt][e] * to_unit)
-                                                          : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
+                                s[mt][nt][e] = kCapFolded || fixed
+                                                   ? tanh_approx(s[mt][nt][e] * to_unit)
+                                                   : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
                     }
                     // Mask (selects, no branch).
                     if (masked) {
@@ -328,13 +339,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                                 }
                         }
                     }
-                    // Online softmax of this m-tile's rows; rescale its O.
-                    float o_scale[2];
-                    if (softmax.update_m_tile(s, mt, score_scale_log2, o_scale)) {
+                    // Online softmax of this m-tile's rows; rescale its O. Under a fixed
+                    // offset: the exponentials alone.
+                    if (fixed) {
+                        softmax.exp_cap_offset_m_tile(s, mt, cap_log2);
+                    } else {
+                        float o_scale[2];
+                        if (softmax.update_m_tile(s, mt, score_scale_log2, o_scale)) {
 #pragma unroll
-                        for (int ot = 0; ot < kOTiles; ++ot)
+                            for (int ot = 0; ot < kOTiles; ++ot)
 #pragma unroll
-                            for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[e / 2];
+                                for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[e / 2];
+                        }
                     }
                 }
                 // PV GEMM, m-tile by m-tile.
@@ -356,10 +372,16 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                         }
                     }
             };
-            if (needs_mask) {
-                body(true);
+            if (cap_offset) {
+                if (needs_mask) {
+                    body(true, true);
+                } else {
+                    body(false, true);
+                }
+            } else if (needs_mask) {
+                body(true, false);
             } else {
-                body(false);
+                body(false, false);
             }
         }
     } else {
@@ -488,14 +510,20 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                 }
 
                 // ---- online softmax; rescale what O holds so far ---------------------------
-                float o_scale[2 * kMTiles];
-                if (softmax.update(s, score_scale_log2, o_scale)) {
+                // (Under kCapOffset's fixed offset: the exponentials alone.)
+                if (T::kCapOffset && cap_offset) {
     #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
+                    for (int mt = 0; mt < kMTiles; ++mt) softmax.exp_cap_offset_m_tile(s, mt, score_scale_log2);
+                } else {
+                    float o_scale[2 * kMTiles];
+                    if (softmax.update(s, score_scale_log2, o_scale)) {
     #pragma unroll
-                        for (int ot = 0; ot < kOTiles; ++ot)
+                        for (int mt = 0; mt < kMTiles; ++mt)
     #pragma unroll
-                            for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+                            for (int ot = 0; ot < kOTiles; ++ot)
+    #pragma unroll
+                                for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+                    }
                 }
             }  // warp_visits
 
@@ -549,7 +577,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         const int row = row_begin + warp_row + (r / 2) * 16 + (r % 2) * 8 + quad_row;
         sink_log2[r] = T::kSinks ? params.sinks[head + row % kGroup] * kLog2e : neg_inf();
     }
-    softmax.finalize(score_scale_log2, sink_log2, o_norm, lse);
+    // Under kCapOffset's fixed offset the max holds it in log2 units already.
+    softmax.finalize(cap_offset ? 1.f : score_scale_log2, sink_log2, o_norm, lse);
     // The thread's first fragment position; the others are a constant away (chunk_at).
     const u32 o_frag = u32(LayoutV::offset(warp_row + quad_row, quad_col * 2)) * 2;
 #pragma unroll

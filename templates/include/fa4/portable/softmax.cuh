@@ -16,6 +16,16 @@
 // With neither option update() is OnlineSoftmax's and always says "rescale", so those
 // kernels keep their machine code.
 //
+// A soft-capped score is bounded, |cap * tanh(x)| <= cap, so its exponent's offset need
+// not follow the row max (kCapOffset, bf16 only): every row is offset by the bound minus
+// kCapOffsetHeadroomLog2, once. p then lies in [2^(48 - 2 C), 2^48] with C = cap * log2 e:
+// normal in f32 and bf16 (not fp16) with 24 binades to spare below while C <= 75 (caps up
+// to 51.9, Gemma-2's 50 among them), and 2^48 leaves V's values and the sum of 2^20 keys
+// far from f32's overflow. No max, no shuffles, no rescale of O: the softmax becomes
+// tanh, FFMA and exp2 per score, independent of one another. Softmax is shift-invariant,
+// so O, the sum and the LSE are those of the max-offset softmax. Larger caps take the
+// max-offset path (the kernel holds both; the cap is a launch argument).
+//
 // (The Hopper template's RescalingSoftmax makes the same test for its one 16-row slice
 // per warp; this one serves one or two slices. Kept apart so that the portable switch
 // leaves every Hopper kernel's name and tuning record alone.)
@@ -28,6 +38,8 @@ namespace fa4 {
 namespace portable {
 
 constexpr float kLazyRescaleLog2 = 8.f;
+constexpr float kCapOffsetHeadroomLog2 = 48.f;
+constexpr float kCapOffsetMaxCapLog2 = 75.f;
 
 template <int kMTiles, int kNTiles, bool kLazy, int kExp2EmuEvery>
 struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
@@ -87,6 +99,35 @@ struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
                 }
             }
             return kLazy ? __any_sync(0xffffffffu, grew_any) : true;
+        }
+    }
+
+    // kCapOffset: every row's offset fixed at cap * log2 e - kCapOffsetHeadroomLog2 (the
+    // max holds it, in log2 units: finalize() with scale 1). Only while the cap allows.
+    static __device__ __forceinline__ bool cap_offset_fits(float cap_log2) { return cap_log2 <= kCapOffsetMaxCapLog2; }
+    __device__ __forceinline__ void init_cap_offset(float cap_log2) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) row_max[r] = cap_log2 - kCapOffsetHeadroomLog2;
+    }
+
+    // One m-tile's exponentials under the fixed offset, -inf where masked: `s` holds
+    // tanh(score / cap) with `scale_log2` = cap * log2 e (the cap folded into the FFMA),
+    // or the capped score with log2 e.
+    __device__ __forceinline__ void exp_cap_offset_m_tile(float (&s)[kMTiles][kNTiles][4], int mt, float scale_log2) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = mt * 2 + h;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    const float p = exp2_approx(fmaf(s[mt][nt][e], scale_log2, -row_max[r]));
+                    s[mt][nt][e] = p;
+                    sum += p;
+                }
+            }
+            row_sum[r] += sum;
         }
     }
 

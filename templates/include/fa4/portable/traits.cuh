@@ -31,6 +31,7 @@ struct Traits {
     static constexpr bool kLazy = Config::kLazy;         // rescale O only when a row's max grows 2^8
     static constexpr int kExp2EmuEvery = Config::kExp2EmuEvery;  // every k-th S fragment's exp2 by FMAs (0: none)
     static constexpr bool kStagger = Config::kStagger;   // m-tiles one after the other, softmax beside GEMM
+    static constexpr bool kCapOffset = Config::kCapOffset;  // exponent offset fixed by the cap, no row max
 
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = kBlockM / kWarps;
@@ -70,6 +71,8 @@ struct Traits {
     static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims are multiples of 16");
     static_assert(kStages >= 1 && kStages <= 4, "1 to 4 K/V stages");
     static_assert(!kStagger || (kStages >= 2 && !kWarpSkip), "the staggered schedule waits for V with K: a ring");
+    static_assert(!kCapOffset || (kSoftcap && kIsBf16 && kExp2EmuEvery == 0),
+                  "a fixed offset needs a cap, P in bf16 (2^48 overflows fp16) and every exp2 on the MUFU");
 };
 
 }  // namespace portable
