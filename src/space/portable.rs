@@ -511,10 +511,10 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
         .map(|&(m, w, n, s, q)| config(m, w, n, s, q))
         .find(|c| check(spec, c).is_ok())
         .unwrap_or_else(|| config(64, 4, 32, 1, 0));
-    if !(softcap && spec.dtype == Dtype::Bf16) {
+    if !softcap {
         return chosen;
     }
-    // bf16 soft-capped: the cap's fixed offset (CAP_OFFSET). Measured on the H200: the
+    // Soft-capped: the cap's fixed offset (CAP_OFFSET) where check() allows it (bf16). Measured on the H200: the
     // staggered d64 128x64x4 tile with it 1.06 to 1.13x the plain pick above, the
     // unpadded d128 128x64x4 one 1.10 to 1.16x the padded pick
     // (`bench/results/2026-12-03-h200-b751ec7-dirty-capoffset-ab-*`); with sinks too
