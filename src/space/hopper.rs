@@ -38,6 +38,11 @@ pub const LAZY_RESCALE: &str = "lazy";
 /// Switch (warp-specialised): FA4's exp2 emulation, every k-th 8-column fragment of P
 /// exponentiated by a polynomial on the FMA pipes instead of the MUFU (value k; 0 off).
 pub const EXP2_EMU: &str = "exp2emu";
+
+/// Switch (bf16 soft-capped specs, warp-specialised tiles): the exponent's offset fixed
+/// by the cap instead of each row's running max (`portable::CAP_OFFSET`'s reasoning;
+/// `hopper/fragments.cuh`). Set only when on.
+pub const CAP_OFFSET: &str = super::portable::CAP_OFFSET;
 /// Switch (pingpong): the consumers take turns at the MUFU (around each block's
 /// exponentials) instead of at the tensor cores (around each GEMM issue).
 pub const MUFU_TURNS: &str = "mufuturn";
@@ -145,6 +150,18 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
         })
         .collect();
     out.extend(mufu);
+    // The cap's fixed offset (bf16 soft-capped specs): a twin of every warp-specialised
+    // tile.
+    let fixed: Vec<TileConfig> = out
+        .iter()
+        .filter(|c| spec.features.softcap && spec.dtype == Dtype::Bf16 && warp_specialized(c))
+        .map(|c| {
+            let mut c = c.clone();
+            c.switches.insert(CAP_OFFSET.to_string(), 1);
+            c
+        })
+        .collect();
+    out.extend(fixed);
     // (Exp2 emulation, EXP2_EMU, is offered by check() but not enumerated: on every
     // pingpong tile it ran 0.86 to 1.0x its twin, with softcap at best 1.02x the cell's
     // best, bench/NOTES.md.)
@@ -333,6 +350,14 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         );
     }
     let ws = warp_specialized(c);
+    if c.switch(CAP_OFFSET, 0) == 1
+        && !(ws && spec.features.softcap && spec.dtype == Dtype::Bf16 && c.switch(EXP2_EMU, 0) == 0)
+    {
+        return reject(
+            RejectKind::Shape,
+            "capoffset: a warp-specialised bf16 soft-capped tile without exp2emu".into(),
+        );
+    }
     let producer_warps = if ws { 4 } else { 0 };
     let compute_warps = c.warps.saturating_sub(producer_warps);
     if c.warps % 4 != 0
@@ -479,8 +504,24 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 /// (`bench/results/2026-12-02-h200-1107d61-dirty-local-*`). Paged K/V keep the stage-1 schedule, whose
 /// every warp shares the page lookups (the producer alone ran 0.7 to 0.8x). Then smaller
 /// tiles, for feature sets that need more registers (ptxas has the last word: a test
-/// compiles every default without spills).
+/// compiles every default without spills). Soft-capped bf16 specs take the chosen tile's
+/// fixed-offset twin (CAP_OFFSET) where check() allows it (warp-specialised tiles): over
+/// every bf16 soft-capped causal and local key of the H200 tune the twins ran 1.055 to
+/// 1.10x their bases (geomean per spec, about 2500 pairs,
+/// `bench/results/2026-12-03-h200-b38e037-dirty-hopper-capoffset-tune.json.xz`).
 pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
+    let tile = default_tile(spec);
+    let mut fixed = tile.clone();
+    fixed.switches.insert(CAP_OFFSET.to_string(), 1);
+    if check(spec, &fixed).is_ok() {
+        fixed
+    } else {
+        tile
+    }
+}
+
+/// default_config()'s tile before the soft-capped switch.
+fn default_tile(spec: &KernelSpec) -> TileConfig {
     let local = spec.mask == MaskKind::Local;
     let paged = spec.features.paged_kv;
     if !paged {
@@ -601,6 +642,7 @@ pub(super) fn render_values(
         ("q_buffers", json!(q_buffers(spec, c))),
         ("lazy_rescale", json!(c.switch(LAZY_RESCALE, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
+        ("cap_offset", json!(c.switch(CAP_OFFSET, 0) == 1)),
         ("half_first", json!(half_first)),
         ("mufu_turns", json!(c.switch(MUFU_TURNS, 0) == 1)),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
@@ -909,6 +951,34 @@ mod tests {
         // Pages stay with the stage-1 schedule, whose every warp shares the lookups.
         assert!(!ws(128, MaskKind::Causal, true).0);
         assert!(!ws(64, MaskKind::Local, false).0);
+    }
+
+    #[test]
+    fn soft_capped_bf16_defaults_fix_the_offset_on_warp_specialized_tiles_alone() {
+        for hd in [64, 128, 192, 256] {
+            for mask in [MaskKind::None, MaskKind::Causal, MaskKind::Local] {
+                for dtype in [Dtype::Bf16, Dtype::Fp16] {
+                    for (sinks, paged) in [(false, false), (true, false), (false, true)] {
+                        let mut spec = KernelSpec::new(Arch::Sm90, dtype, hd, mask);
+                        spec.features.sinks = sinks;
+                        spec.features.paged_kv = paged;
+                        let plain = default_config(&spec);
+                        spec.features.softcap = true;
+                        let capped = default_config(&spec);
+                        assert!(check(&spec, &capped).is_ok(), "{spec}: {capped}");
+                        let fixed = capped.switch(CAP_OFFSET, 0) == 1;
+                        let expect = dtype == Dtype::Bf16 && warp_specialized(&capped);
+                        assert_eq!(fixed, expect, "{spec}: {capped}");
+                        // The switch comes on top of the tile the spec would take anyway.
+                        let mut base = capped.clone();
+                        base.switches.remove(CAP_OFFSET);
+                        if check(&spec, &plain).is_ok() {
+                            assert_eq!(base, plain, "{spec}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]

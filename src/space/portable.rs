@@ -848,17 +848,18 @@ mod tests {
 
     #[test]
     fn cap_offset_bounds_keep_p_normal_and_finite() {
-        // The constants the kernel uses (portable/softmax.cuh), read from the template.
+        // The constants the kernels use, read from the templates: the portable softmax and
+        // the Hopper fragments keep their own copies, which must agree.
         let templates = crate::templates::TemplateSet::embedded();
-        let (_, softmax) = templates
-            .headers()
-            .find(|(name, _)| *name == "fa4/portable/softmax.cuh")
-            .unwrap();
-        let constant = |name: &str| -> f64 {
-            let line = softmax
+        let constant = |header: &str, name: &str| -> f64 {
+            let (_, text) = templates
+                .headers()
+                .find(|(h, _)| *h == header)
+                .unwrap_or_else(|| panic!("{header} not embedded"));
+            let line = text
                 .lines()
                 .find(|l| l.contains(&format!("constexpr float {name} =")))
-                .unwrap_or_else(|| panic!("{name} not in softmax.cuh"));
+                .unwrap_or_else(|| panic!("{name} not in {header}"));
             let value = line.split('=').nth(1).unwrap();
             value
                 .trim()
@@ -867,8 +868,12 @@ mod tests {
                 .parse()
                 .unwrap()
         };
-        let headroom = constant("kCapOffsetHeadroomLog2");
-        let max_cap_log2 = constant("kCapOffsetMaxCapLog2");
+        let portable = "fa4/portable/softmax.cuh";
+        let hopper = "fa4/hopper/fragments.cuh";
+        let headroom = constant(portable, "kCapOffsetHeadroomLog2");
+        let max_cap_log2 = constant(portable, "kCapOffsetMaxCapLog2");
+        assert_eq!(constant(hopper, "kCapOffsetHeadroomLog2"), headroom);
+        assert_eq!(constant(hopper, "kCapOffsetMaxCapLog2"), max_cap_log2);
         // The smallest p (a score at -cap, 2C below the bound) is a normal f32 and bf16
         // with 24 binades below it, so that the row's mantissa survives.
         assert!(headroom - 2.0 * max_cap_log2 >= -126.0 + 24.0);

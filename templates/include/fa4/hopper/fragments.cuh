@@ -219,6 +219,32 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
         return rescales;
     }
 
+    // kCapOffset (portable/softmax.cuh's reasoning): soft-capped scores are at most the
+    // cap, so every row's exponent offset is fixed at cap * log2 e - 48 while that keeps
+    // p normal (caps up to 51.9); the max holds it in log2 units (finalize() with scale 1).
+    static constexpr float kCapOffsetHeadroomLog2 = 48.f;
+    static constexpr float kCapOffsetMaxCapLog2 = 75.f;
+    static __device__ __forceinline__ bool cap_offset_fits(float cap_log2) { return cap_log2 <= kCapOffsetMaxCapLog2; }
+    __device__ __forceinline__ void init_cap_offset(float cap_log2) {
+        row_max[0] = row_max[1] = cap_log2 - kCapOffsetHeadroomLog2;
+    }
+    // update() under the fixed offset: the exponentials and row sums alone (O never needs
+    // a rescale); `s` holds tanh(score / cap), `scale_log2` is cap * log2 e.
+    template <int kLiveTiles = kNTiles, class Turn = NoTurn>
+    __device__ __forceinline__ void update_cap_offset(float (&s)[1][kNTiles][4], float scale_log2, Turn turn = {}) {
+#pragma unroll
+        for (int nt = kLiveTiles; nt < 2 * live_pv_steps<kLiveTiles>(); ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
+        float offset[2] = {row_max[0], row_max[1]};
+        const float keep[2] = {1.f, 1.f};
+        float sums[2];
+        turn.before(offset);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], keep);
+        turn.after(sums[0], sums[1]);
+    }
+
     // Per row: the factor that normalises O and the LSE (natural log), as OnlineSoftmax's
     // finalize() but on the MUFU's approximations (ex2, rcp, lg2; relative errors near
     // 2^-22) instead of exp2f, division and log2f, whose range checks and slow-path calls
@@ -244,6 +270,13 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     }
 };
 
+// Which exponent offset a kernel's key blocks take: the row max (false) or the cap's
+// fixed one (true, kCapOffset), as a type so that each is its own copy of the loop.
+template <bool kFixed>
+struct CapOffset {
+    static constexpr bool value = kFixed;
+};
+
 // ---- one key block's scores: soft-capping, mask, online softmax --------------------------
 // The count of live 8-column fragments as a type, so that one generic lambda of a kernel
 // serves the whole block and its visible half.
@@ -264,6 +297,17 @@ __device__ __forceinline__ bool block_needs_mask(const Mask<kMaskKind>& mask, bo
 // S to unnormalised P in place over the first kLiveTiles fragments (the rest of the block
 // hidden from every row and left to the PV GEMM to skip), o_scale the factor for O so far;
 // returns update()'s answer (whether a factor of this thread's differs from 1).
+// The same with the cap's fixed offset (kCapOffset): O never needs a rescale.
+template <int kLiveTiles, MaskKind kMaskKind, class Softmax, int kNTiles, class Turn = NoTurn>
+__device__ __forceinline__ void block_scores_cap_offset(float (&s)[1][kNTiles][4], Softmax& softmax,
+                                                        const FwdParams& params, const Mask<kMaskKind>& mask,
+                                                        bool needs_mask, const FragmentRows& at, int col_begin,
+                                                        float scale_log2, Turn turn = {}) {
+    softcap_scores<true, kLiveTiles>(s, params);
+    if (needs_mask) mask_scores<kMaskKind, kLiveTiles>(s, mask, at, col_begin);
+    softmax.template update_cap_offset<kLiveTiles>(s, scale_log2, turn);
+}
+
 template <int kLiveTiles, bool kSoftcap, MaskKind kMaskKind, class Softmax, int kNTiles, class Turn = NoTurn>
 __device__ __forceinline__ bool block_scores(float (&s)[1][kNTiles][4], Softmax& softmax, const FwdParams& params,
                                              const Mask<kMaskKind>& mask, bool needs_mask, const FragmentRows& at,

@@ -476,13 +476,20 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         // ---- soft-capping, mask, online softmax on S (which the QK GEMM has written) --------
         // Returns whether O must be rescaled by o_scale (lazy: the same answer for the
         // whole warp, so the rescale is skipped without divergence; else always).
-        auto scores = [&](int tile, auto live, float (&o_scale)[2]) -> bool {
+        // (`fixed`: CapOffset<true> under the cap's fixed offset, where O needs no rescale.)
+        auto scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
             const int col_begin = (n_end - 1 - tile) * T::kBlockN;
             const bool needs_mask =
                 block_needs_mask<T::kBlockN>(mask, tile == 0, w.query_first, w.query_last, col_begin);
-            const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
-                s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale, block_turn);
-            return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
+            if constexpr (decltype(fixed)::value) {
+                block_scores_cap_offset<decltype(live)::value>(s, softmax, params, mask, needs_mask, rows_at,
+                                                               col_begin, score_scale_log2, block_turn);
+                return false;
+            } else {
+                const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
+                    s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale, block_turn);
+                return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
+            }
         };
         auto pack = [&](auto live) { pack_p<kBf16, decltype(live)::value>(s, p); };
         auto rescale_o = [&](const float (&o_scale)[2]) {
@@ -499,7 +506,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         };
         // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
         // rescaled (the overlapped schedule ignores the first block's answer: O is still zero).
-        auto qk_scores = [&](int tile, auto live, float (&o_scale)[2]) -> bool {
+        auto qk_scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
             take_turn();
             issue_qk(tile, live);
             pass_turn();
@@ -513,7 +520,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 fence_regs(s_flat);
             }
             release(empty_k((it + tile) % kStages));
-            return scores(tile, live, o_scale);
+            return scores(tile, live, o_scale, fixed);
         };
 
         // Block `tile` down the path of its width: the half path only for the first block
@@ -528,64 +535,80 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             body(Whole{});
         };
 
-        if constexpr (T::kOverlap) {
-            // Block 0 alone; then QK(j) and PV(j - 1) in one turn, softmax(j) under PV(j - 1);
-            // the last PV GEMM in a turn of its own.
-            if (n_tiles > 0) {
-                with_width_of(0, [&](auto live) {
-                    float o_scale[2];
-                    qk_scores(0, live, o_scale);  // O is still zero: nothing to rescale
-                    pack(live);
-                });
+        // The key blocks, down the offset's path: kCapOffset fixes it by the cap where the
+        // cap allows (fragments.cuh), chosen once, so each path is its own copy of the loop.
+        bool offset_in_log2 = false;
+        auto run_blocks = [&](auto fixed) {
+            if constexpr (T::kOverlap) {
+                // Block 0 alone; then QK(j) and PV(j - 1) in one turn, softmax(j) under PV(j - 1);
+                // the last PV GEMM in a turn of its own.
+                if (n_tiles > 0) {
+                    with_width_of(0, [&](auto live) {
+                        float o_scale[2];
+                        qk_scores(0, live, o_scale, fixed);  // O is still zero: nothing to rescale
+                        pack(live);
+                    });
+                }
+                for (int tile = 1; tile < n_tiles; ++tile) {
+                    with_width_of(tile - 1, [&](auto live_prev) {
+                        take_turn();
+                        issue_qk(tile, Whole{});
+                        issue_pv(tile - 1, live_prev);
+                        pass_turn();
+                        wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
+                        fence_regs(s_flat);
+                        release(empty_k((it + tile) % kStages));
+                        float o_scale[2];
+                        const bool rescale = scores(tile, Whole{}, o_scale, fixed);
+                        wgmma_wait<0>();
+                        pv_done(tile - 1);
+                        if (rescale) rescale_o(o_scale);
+                        pack(Whole{});
+                    });
+                }
+                // Every QK GEMM is done: the producer may load the next tile's Q.
+                if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
+                if (n_tiles > 0) {
+                    with_width_of(n_tiles - 1, [&](auto live) {
+                        take_turn();
+                        issue_pv(n_tiles - 1, live);
+                        pass_turn();
+                        if constexpr (kNextUnderPv) next_at = coords_at(round + 1);
+                        wgmma_wait<0>();
+                        pv_done(n_tiles - 1);
+                    });
+                } else if constexpr (kNextUnderPv) {
+                    next_at = coords_at(round + 1);
+                }
+                if constexpr (T::kPersistent && !kNextUnderPv) next_at = coords_at(round + 1);
+            } else {
+                // QK, softmax, PV, each waited for, block by block.
+                for (int tile = 0; tile < n_tiles; ++tile) {
+                    with_width_of(tile, [&](auto live) {
+                        float o_scale[2];
+                        if (qk_scores(tile, live, o_scale, fixed)) rescale_o(o_scale);
+                        pack(live);
+                        take_turn();
+                        issue_pv(tile, live);
+                        pass_turn();
+                        wgmma_wait<0>();
+                        pv_done(tile);
+                    });
+                }
+                if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
+                if constexpr (T::kPersistent) next_at = coords_at(round + 1);
             }
-            for (int tile = 1; tile < n_tiles; ++tile) {
-                with_width_of(tile - 1, [&](auto live_prev) {
-                    take_turn();
-                    issue_qk(tile, Whole{});
-                    issue_pv(tile - 1, live_prev);
-                    pass_turn();
-                    wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
-                    fence_regs(s_flat);
-                    release(empty_k((it + tile) % kStages));
-                    float o_scale[2];
-                    const bool rescale = scores(tile, Whole{}, o_scale);
-                    wgmma_wait<0>();
-                    pv_done(tile - 1);
-                    if (rescale) rescale_o(o_scale);
-                    pack(Whole{});
-                });
+        };
+        if constexpr (T::kCapOffset) {
+            offset_in_log2 = softmax.cap_offset_fits(score_scale_log2);
+            if (offset_in_log2) {
+                softmax.init_cap_offset(score_scale_log2);
+                run_blocks(CapOffset<true>{});
+            } else {
+                run_blocks(CapOffset<false>{});
             }
-            // Every QK GEMM is done: the producer may load the next tile's Q.
-            if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
-            if (n_tiles > 0) {
-                with_width_of(n_tiles - 1, [&](auto live) {
-                    take_turn();
-                    issue_pv(n_tiles - 1, live);
-                    pass_turn();
-                    if constexpr (kNextUnderPv) next_at = coords_at(round + 1);
-                    wgmma_wait<0>();
-                    pv_done(n_tiles - 1);
-                });
-            } else if constexpr (kNextUnderPv) {
-                next_at = coords_at(round + 1);
-            }
-            if constexpr (T::kPersistent && !kNextUnderPv) next_at = coords_at(round + 1);
         } else {
-            // QK, softmax, PV, each waited for, block by block.
-            for (int tile = 0; tile < n_tiles; ++tile) {
-                with_width_of(tile, [&](auto live) {
-                    float o_scale[2];
-                    if (qk_scores(tile, live, o_scale)) rescale_o(o_scale);
-                    pack(live);
-                    take_turn();
-                    issue_pv(tile, live);
-                    pass_turn();
-                    wgmma_wait<0>();
-                    pv_done(tile);
-                });
-            }
-            if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
-            if constexpr (T::kPersistent) next_at = coords_at(round + 1);
+            run_blocks(CapOffset<false>{});
         }
 
         // ---- epilogue: O / rowsum -> shared -> global; LSE per row --------------------------
@@ -598,7 +621,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         float lse[2];
         float sink_log2[2];
         sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
-        softmax.template finalize<T::kSinks>(score_scale_log2, sink_log2, o_norm, lse);
+        softmax.template finalize<T::kSinks>(offset_in_log2 ? 1.f : score_scale_log2, sink_log2, o_norm, lse);
         if constexpr (kSharedO) {
             // The slot's u-th use (u = 2 x epilogues so far + consumer) waits for phase
             // u - 1, the other consumer's last free: parity 1 for consumer 0 (the first
