@@ -162,9 +162,22 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
         })
         .collect();
     out.extend(fixed);
-    // (Exp2 emulation, EXP2_EMU, is offered by check() but not enumerated: on every
-    // pingpong tile it ran 0.86 to 1.0x its twin, with softcap at best 1.02x the cell's
-    // best, bench/NOTES.md.)
+    // Exp2 emulation (EXP2_EMU, every 4th fragment) on the fixed-offset tiles of d64, where
+    // the tanh makes two MUFU ops a score and no row max is left to wait for: 1.02x causal
+    // and 1.05x unmasked against the same tile without it (k = 2 and d128 lost). Elsewhere
+    // it is offered by check() but not enumerated: on every pingpong tile it ran 0.86 to
+    // 1.0x its twin, with the max path's softcap at best 1.02x the cell's best
+    // (bench/NOTES.md).
+    let emulated: Vec<TileConfig> = out
+        .iter()
+        .filter(|c| spec.head_dim <= 64 && c.switch(CAP_OFFSET, 0) == 1)
+        .map(|c| {
+            let mut c = c.clone();
+            c.switches.insert(EXP2_EMU.to_string(), 4);
+            c
+        })
+        .collect();
+    out.extend(emulated);
     out
 }
 
@@ -350,12 +363,10 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         );
     }
     let ws = warp_specialized(c);
-    if c.switch(CAP_OFFSET, 0) == 1
-        && !(ws && spec.features.softcap && spec.dtype == Dtype::Bf16 && c.switch(EXP2_EMU, 0) == 0)
-    {
+    if c.switch(CAP_OFFSET, 0) == 1 && !(ws && spec.features.softcap && spec.dtype == Dtype::Bf16) {
         return reject(
             RejectKind::Shape,
-            "capoffset: a warp-specialised bf16 soft-capped tile without exp2emu".into(),
+            "capoffset: a warp-specialised tile of a bf16 soft-capped spec".into(),
         );
     }
     let producer_warps = if ws { 4 } else { 0 };
@@ -951,6 +962,33 @@ mod tests {
         // Pages stay with the stage-1 schedule, whose every warp shares the lookups.
         assert!(!ws(128, MaskKind::Causal, true).0);
         assert!(!ws(64, MaskKind::Local, false).0);
+    }
+
+    #[test]
+    fn exp2_emulation_twins_the_fixed_offset_tiles_of_d64_alone() {
+        for hd in [64, 128] {
+            for softcap in [false, true] {
+                let mut spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, MaskKind::Causal);
+                spec.features.softcap = softcap;
+                let all = candidates(&spec);
+                let emulated: Vec<_> = all.iter().filter(|c| c.switch(EXP2_EMU, 0) != 0).collect();
+                let fixed = all.iter().filter(|c| c.switch(CAP_OFFSET, 0) == 1).count();
+                if hd == 64 && softcap {
+                    // One k = 4 twin per fixed-offset tile, of which every one has a base.
+                    assert!(fixed > 0);
+                    assert_eq!(emulated.len() * 2, fixed);
+                    for c in &emulated {
+                        assert_eq!((c.switch(EXP2_EMU, 0), c.switch(CAP_OFFSET, 0)), (4, 1));
+                        let mut base = (*c).clone();
+                        base.switches.remove(EXP2_EMU);
+                        assert!(all.contains(&base), "{c:?} has no base");
+                        assert!(check(&spec, c).is_ok(), "{c:?}");
+                    }
+                } else {
+                    assert!(emulated.is_empty(), "{spec}");
+                }
+            }
+        }
     }
 
     #[test]

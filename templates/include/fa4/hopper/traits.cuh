@@ -107,8 +107,8 @@ struct Traits {
     static_assert(!kMufuTurns || kPingpong, "turns at the MUFU are pingpong's");
     static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
     static_assert(kExp2EmuEvery == 0 || kWarpSpecialized, "exp2 emulation is the warp-specialised schedule's");
-    static_assert(!kCapOffset || (kWarpSpecialized && kSoftcap && kIsBf16 && kExp2EmuEvery == 0),
-                  "a fixed offset: warp-specialised, soft-capped, P in bf16, every exp2 on the MUFU");
+    static_assert(!kCapOffset || (kWarpSpecialized && kSoftcap && kIsBf16),
+                  "a fixed offset: warp-specialised, soft-capped, P in bf16");
     // Registers move from the producer to the consumers within the block's allotment.
     static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
     static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,
