@@ -510,7 +510,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 /// fixed-offset twin (CAP_OFFSET) where check() allows it (warp-specialised tiles): over
 /// every bf16 soft-capped causal and local key of the H200 tune the twins ran 1.055 to
 /// 1.10x their bases (geomean per spec, about 2500 pairs,
-/// `bench/results/2026-12-03-h200-b38e037-dirty-hopper-capoffset-tune.json.xz`).
+/// `bench/results/2026-12-03-h200-b38e037-dirty-hopper-capoffset-tune-d*.json.xz`).
 pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     let tile = default_tile(spec);
     let mut fixed = tile.clone();
@@ -530,7 +530,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     }
 }
 
-/// default_config()'s tile before the soft-capped switch.
+/// default_config()'s tile before the soft-capped switches.
 fn default_tile(spec: &KernelSpec) -> TileConfig {
     let local = spec.mask == MaskKind::Local;
     let paged = spec.features.paged_kv;
