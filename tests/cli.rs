@@ -22,6 +22,25 @@ fn list_shows_every_spec_with_a_default() {
 }
 
 #[test]
+fn a_template_alone_lists_the_archs_it_compiles_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fa4_gen(
+        dir.path(),
+        &["list", "--template", "hopper", "--dtype", "bf16"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("hopper")).collect();
+    // 4 head dims x 3 masks, every one on sm90.
+    assert_eq!(rows.len(), 12, "{text}");
+    assert!(
+        rows.iter()
+            .all(|r| r.split_whitespace().nth(1) == Some("sm90")),
+        "{text}"
+    );
+}
+
+#[test]
 fn list_json_is_the_whole_space() {
     let dir = tempfile::tempdir().unwrap();
     let out = fa4_gen(
@@ -195,6 +214,16 @@ fn bad_input_gets_one_clear_line() {
     );
     assert_usage_error(&["compile"], "compile needs --arch");
     assert_usage_error(&["verify", "--arch", "sm91"], "unknown arch `sm91`");
+    // A template named without --arch means the archs it compiles for; named with one it
+    // cannot, the error says which it can.
+    assert_usage_error(
+        &["verify", "--template", "hopper", "--cases", "nope"],
+        "no case matches --cases",
+    );
+    assert_usage_error(
+        &["list", "--arch", "sm80", "--template", "hopper"],
+        "no selected template compiles for sm80: hopper compiles for sm90; pick another --arch or --template",
+    );
     // The serving options of bench are checked before any GPU is looked for.
     assert_usage_error(
         &["bench", "--layers", "gpt-5"],

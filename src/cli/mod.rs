@@ -363,11 +363,13 @@ fn parse_list<T: FromStr<Err = ParseError>>(values: &[String]) -> Result<Vec<T>,
 impl SpecArgs {
     /// The selection these arguments name; `default_archs` when --arch is absent.
     fn selection(&self, default_archs: &[Arch]) -> Result<Selection, CliError> {
-        let mut archs: Vec<Arch> = parse_list(&self.arch)?;
-        if archs.is_empty() {
-            archs = default_archs.to_vec();
-        }
-        let mut sel = Selection::all(archs);
+        let archs: Vec<Arch> = parse_list(&self.arch)?;
+        let defaulted = archs.is_empty();
+        let mut sel = Selection::all(if defaulted {
+            default_archs.to_vec()
+        } else {
+            archs
+        });
         let dtypes: Vec<Dtype> = parse_list(&self.dtype)?;
         if !dtypes.is_empty() {
             sel.dtypes = dtypes;
@@ -383,6 +385,23 @@ impl SpecArgs {
         let templates: Vec<Template> = parse_list(&self.template)?;
         if !templates.is_empty() {
             sel.templates = templates;
+        }
+        // Without --arch, the archs some selected template compiles for (`--template
+        // hopper` alone means sm90); archs named with --arch stay, and a template that
+        // cannot compile for one is an error.
+        if defaulted {
+            let templates = &sel.templates;
+            let kept: Vec<Arch> = sel
+                .archs
+                .iter()
+                .copied()
+                .filter(|a| templates.iter().any(|t| t.archs().contains(a)))
+                .collect();
+            // None left (e.g. --template hopper on an sm80 GPU): keep them, so that
+            // specs() names the arch and what the templates compile for.
+            if !kept.is_empty() {
+                sel.archs = kept;
+            }
         }
         sel.head_dims = self
             .head_dim

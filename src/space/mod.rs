@@ -296,8 +296,10 @@ pub enum SelectionError {
         arch: Arch,
         offered: String,
     },
-    #[error("no template compiles for {arch}")]
-    Arch { arch: Arch },
+    #[error(
+        "no selected template compiles for {arch}: {offered}; pick another --arch or --template"
+    )]
+    Arch { arch: Arch, offered: String },
 }
 
 impl Selection {
@@ -327,7 +329,18 @@ impl Selection {
                 .filter(|t| t.archs().contains(&arch))
                 .collect();
             if templates.is_empty() {
-                return Err(SelectionError::Arch { arch });
+                let offered: Vec<String> = self
+                    .templates
+                    .iter()
+                    .map(|t| {
+                        let archs: Vec<&str> = t.archs().iter().map(|a| a.name()).collect();
+                        format!("{t} compiles for {}", archs.join(", "))
+                    })
+                    .collect();
+                return Err(SelectionError::Arch {
+                    arch,
+                    offered: offered.join("; "),
+                });
             }
             let mut offered: Vec<u32> = templates
                 .iter()
