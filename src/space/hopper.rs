@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use fa4_spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
 use serde_json::{json, Value};
 
-use super::{Footprint, RejectKind, Rejection};
+use super::{twins, Footprint, RejectKind, Rejection};
 
 /// Head dims of whole 64-column blocks (the 128-byte swizzle atom of wgmma's operands).
 pub(super) const HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128), (192, 192), (256, 256)];
@@ -124,52 +124,32 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     c.stages = 3;
     out.push(c);
     // Lazy rescaling on every tile with pingpong (or a block of its own) and overlap.
-    push_twins(&mut out, LAZY_RESCALE, 1, |c| {
+    out.extend(twins(&out, LAZY_RESCALE, 1, |c| {
         (c.switch(PINGPONG, 0) == 1 || (persistent(c) && consumers(c) == 1))
             && c.switch(OVERLAP, 0) == 1
-    });
+    }));
     // Turns at the MUFU ran 1.02 to 1.05x their twins on causal tiles and 0.96 to 0.99x
     // on unmasked ones (bench/NOTES.md), so only masked specs enumerate them.
     let masked = spec.mask != MaskKind::None;
-    push_twins(&mut out, MUFU_TURNS, 1, |c| {
+    out.extend(twins(&out, MUFU_TURNS, 1, |c| {
         masked && c.switch(PINGPONG, 0) == 1
-    });
+    }));
     // The cap's fixed offset (bf16 soft-capped specs): a twin of every warp-specialised
     // tile.
     let capped_bf16 = spec.features.softcap && spec.dtype == Dtype::Bf16;
-    push_twins(&mut out, CAP_OFFSET, 1, |c| {
+    out.extend(twins(&out, CAP_OFFSET, 1, |c| {
         capped_bf16 && warp_specialized(c)
-    });
+    }));
     // Exp2 emulation (EXP2_EMU, every 4th fragment) on the fixed-offset tiles of d64, where
     // the tanh makes two MUFU ops a score and no row max is left to wait for: 1.02x causal
     // and 1.05x unmasked against the same tile without it (k = 2 and d128 lost). Elsewhere
     // it is offered by check() but not enumerated: on every pingpong tile it ran 0.86 to
     // 1.0x its twin, with the max path's softcap at best 1.02x the cell's best
     // (bench/NOTES.md).
-    push_twins(&mut out, EXP2_EMU, 4, |c| {
+    out.extend(twins(&out, EXP2_EMU, 4, |c| {
         spec.head_dim <= 64 && c.switch(CAP_OFFSET, 0) == 1
-    });
+    }));
     out
-}
-
-/// Appends to `out` a twin of every config in it that `of` picks, with `switch` set to
-/// `value` (check() prunes them with the rest).
-fn push_twins(
-    out: &mut Vec<TileConfig>,
-    switch: &str,
-    value: u32,
-    of: impl Fn(&TileConfig) -> bool,
-) {
-    let twins: Vec<TileConfig> = out
-        .iter()
-        .filter(|c| of(c))
-        .map(|c| {
-            let mut c = c.clone();
-            c.switches.insert(switch.to_string(), value);
-            c
-        })
-        .collect();
-    out.extend(twins);
 }
 
 fn ws_config(

@@ -284,6 +284,24 @@ pub struct Selection {
     pub templates: Vec<Template>,
 }
 
+/// Twins of the configs in `out` that `of` picks, each with `switch` set to `value`, in
+/// `out`'s order: how the templates' candidate lists grow, switch by switch.
+fn twins(
+    out: &[TileConfig],
+    switch: &str,
+    value: u32,
+    of: impl Fn(&TileConfig) -> bool,
+) -> Vec<TileConfig> {
+    out.iter()
+        .filter(|c| of(c))
+        .map(|c| {
+            let mut c = c.clone();
+            c.switches.insert(switch.to_string(), value);
+            c
+        })
+        .collect()
+}
+
 /// A selection that names something no template offers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {

@@ -237,13 +237,8 @@ fn push_twins(
     switch: &str,
     of: impl Fn(&TileConfig) -> bool,
 ) {
-    let bases: Vec<TileConfig> = out.iter().filter(|c| of(c)).cloned().collect();
-    for mut c in bases {
-        c.switches.insert(switch.to_string(), 1);
-        if check(spec, &c).is_ok() {
-            out.push(c);
-        }
-    }
+    let twins = super::twins(out, switch, 1, of);
+    out.extend(twins.into_iter().filter(|c| check(spec, c).is_ok()));
 }
 
 /// Shared-memory layout (traits.cuh, layout.cuh): rows of whole 128-byte lines (head
