@@ -5,10 +5,7 @@
 // error 1.0e-4, under half a last place of a 16-bit float), and n added to its exponent.
 // Adding 1.5 * 2^23 rounds x to an integer held in the low mantissa bits, which the shift
 // by 23 moves into the exponent field. Clamped at -127, where the two exponents sum to
-// exactly 0: a masked score (-inf) gives 0, as ex2 does.
-//
-// (hopper/fragments.cuh keeps its own copy until that template's next edit, which renames
-// every Hopper kernel; the two are the same function.)
+// exactly 0: a masked score (-inf) gives 0, as ex2 does. Both templates' softmaxes use it.
 #pragma once
 
 namespace fa4 {

@@ -23,7 +23,8 @@ enum class StepAddress {
     // accumulator tiles do not have).
     kHoisted32,
     // kHoisted32's offsets, recomputed each tile from a value hidden from the optimiser:
-    // one multiply-add and one wide add per copy, two registers held across the loop.
+    // about seven instructions per copy (counted in the SASS: bench/NOTES.md), two
+    // registers held across the loop.
     kOpaque32,
 };
 

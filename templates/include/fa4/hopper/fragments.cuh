@@ -5,6 +5,7 @@
 // (wgmma.cuh's accumulator layout).
 #pragma once
 
+#include "fa4/common/exp2_poly.cuh"
 #include "fa4/common/mask.cuh"
 #include "fa4/common/params.cuh"
 #include "fa4/common/ptx.cuh"
@@ -71,23 +72,6 @@ __device__ __forceinline__ void mask_scores(float (&s)[1][kNTiles][4], const Mas
     }
 }
 
-// ---- exp2 on the FMA and integer pipes (FA4's exp2 emulation) ----------------------------
-// x = n + f with n = round(x) and f in [-0.5, 0.5]: 2^f by a degree-3 polynomial (relative
-// error 1.0e-4, under half a last place of a 16-bit float), and n added to its exponent.
-// Adding 1.5 * 2^23 rounds x to an integer held in the low mantissa bits, which the shift
-// by 23 moves into the exponent field. Clamped at -127, where the two exponents sum to
-// exactly 0: a masked score (-inf) gives 0, as ex2 does.
-__device__ __forceinline__ float exp2_poly(float x) {
-    constexpr float kRound = 12582912.f;
-    x = fmaxf(x, -127.f);
-    const float shifted = x + kRound;
-    const float f = x - (shifted - kRound);
-    float p = fmaf(0.055008746f, f, 0.24221076f);
-    p = fmaf(p, f, 0.6932829f);
-    p = fmaf(p, f, 1.f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(shifted) << 23));
-}
-
 // The MUFU's reciprocal and log2 (ftz), for the epilogue's normalisation.
 __device__ __forceinline__ float rcp_approx(float x) {
     float r;
@@ -109,7 +93,7 @@ __device__ __forceinline__ float lg2_approx(float x) {
 // softmax. Without kLazy the code is OnlineSoftmax's (update() always says "rescale"):
 // testing for an unchanged max cost 2 to 4% at d64, where the softmax is the bottleneck.
 // With kExp2EmuEvery = k > 0, every k-th 8-column fragment's exp2 runs on the FMA pipes
-// (exp2_poly) instead of the MUFU, which d64 and soft-capping keep busiest.
+// (exp2_emulated) instead of the MUFU, which d64 and soft-capping keep busiest.
 constexpr float kLazyRescaleLog2 = 8.f;
 
 // Nothing around a block's exponentials (the default); a kernel that takes turns at the
@@ -175,7 +159,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
                 const float x = fmaf(s[0][nt][e], scale_log2, -offset);
-                const float p = emulated(nt) ? exp2_poly(x) : exp2_approx(x);
+                const float p = emulated(nt) ? exp2_emulated(x) : exp2_approx(x);
                 s[0][nt][e] = p;
                 sum += p;
             }
