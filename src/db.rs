@@ -20,6 +20,13 @@ use crate::space::Template;
 /// instead of it ([`Record::choice`]), once the key's finals ran.
 pub const MIN_GAIN: f64 = 1.02;
 
+/// The same where the finals' passes ran on buffer sets of their own
+/// ([`TimingPolicy::final_placements`]): the default and the winner then met side by side
+/// on three placements, not once, and of 33 winners re-timed so, every one ran 1.013 to
+/// 1.36x the default in the bench after, including the three whose finals margin was
+/// 0.3 to 2.1% (`bench/NOTES.md`); 2% had held two of those back.
+pub const MIN_GAIN_PLACED: f64 = 1.01;
+
 /// The same before the finals ran, on screening times alone. A screening time is one
 /// short timing among a hundred candidates: a soft-capped d64 key whose tune stopped
 /// before its finals served a tile screened 1.027x the default that then ran 0.93x it
@@ -101,13 +108,28 @@ pub struct TimingPolicy {
     /// for records whose finals had no such warm-up (they are taken again).
     #[serde(default)]
     pub key_warmup_ms: f64,
-    /// Passes of the finals on short keys (every finalist timed once per pass, their
-    /// median settled time ranks), and the screening time under which a key is short;
-    /// 0 for records written when every key had one pass.
+    /// Passes of the finals (every finalist timed once per pass, their median settled
+    /// time ranks), and over how many buffer sets they were spread (pass p on the p-th);
+    /// 0 for records written before every key had passes on buffer sets of their own.
     #[serde(default)]
+    pub final_passes: u32,
+    #[serde(default)]
+    pub final_placements: u32,
+    /// The policy before that: passes of the finals on short keys only, and the
+    /// screening time under which a key was short (long ones had one pass, every pass on
+    /// one buffer set); 0 in later records.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub short_key_passes: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub short_key_ms: f64,
+}
+
+fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// What happened to one candidate.
@@ -315,14 +337,17 @@ impl Record {
     /// The candidate to serve: the winner, unless it beats candidate 0 (the heuristic
     /// default) by less than [`MIN_GAIN`] in the same metric (both settled once the
     /// finals ran), which is within the run-to-run spread of a timing (2 to 3% between
-    /// device calls, `bench/NOTES.md`), or by less than [`MIN_GAIN_SCREENED`] before
-    /// the finals; then the default. None when nothing was measured.
+    /// device calls, `bench/NOTES.md`), [`MIN_GAIN_PLACED`] where the finals' passes
+    /// ran on buffer sets of their own, or [`MIN_GAIN_SCREENED`] before the finals;
+    /// then the default. None when nothing was measured.
     pub fn choice(&self) -> Option<&Candidate> {
         let (winner, ms) = self.winner()?;
-        let min_gain = if self.finals_done() {
-            MIN_GAIN
-        } else {
+        let min_gain = if !self.finals_done() {
             MIN_GAIN_SCREENED
+        } else if self.timing.final_placements > 1 {
+            MIN_GAIN_PLACED
+        } else {
+            MIN_GAIN
         };
         match self.default_ms() {
             Some(default_ms) if ms * min_gain > default_ms => self.candidates.first(),
@@ -764,6 +789,8 @@ mod tests {
                 finalists: 0,
                 settle_ms: 0.0,
                 key_warmup_ms: 0.0,
+                final_passes: 0,
+                final_placements: 0,
                 short_key_passes: 0,
                 short_key_ms: 0.0,
             },
@@ -885,6 +912,18 @@ mod tests {
         );
         assert_eq!(r.winner().unwrap().0.kernel, "k1");
         assert_eq!(r.choice().unwrap().kernel, "k0", "1% settled is noise");
+        // ... unless the finals' passes ran on buffer sets of their own: then 1.5% is
+        // served, 0.5% is not.
+        let placed = |settled_ms: f64| {
+            let mut r = settle(
+                record(&[Some(1.0), Some(0.5)], 1024, "H200"),
+                &[Some(0.80), Some(settled_ms)],
+            );
+            r.timing.final_placements = 3;
+            r.choice().unwrap().kernel.clone()
+        };
+        assert_eq!(placed(0.80 / 1.015), "k1");
+        assert_eq!(placed(0.80 / 1.005), "k0");
         // A default whose finals timing failed is not compared: the winner is served.
         let r = settle(
             record(&[Some(1.0), Some(1.1), Some(1.2)], 1024, "H200"),

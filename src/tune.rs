@@ -56,17 +56,18 @@ pub const SETTLE_MS: f64 = 50.0;
 /// keys kept it on a 0.5% lead over a tile that runs 11% faster held at the power cap:
 /// `bench/NOTES.md`).
 pub const KEY_WARMUP_MS: f64 = 250.0;
-/// Finals passes on short keys, and the screening time (of the key's fastest finalist)
-/// under which a key is short. There a single settled timing decided between tiles
-/// within 5% of each other on a reading that another call, or the bench, put 10% off
-/// (d256 at 512 keys: the shared-O tile read 12.6% above its screening, its rivals 5 to
-/// 12%, and lost a key the bench gives it by 8%: `bench/NOTES.md`). Each pass times
-/// every finalist once, in an order rotated by one per pass; the median of a finalist's
-/// passes ranks it, so one reading off by a clock excursion no longer decides. Long keys
-/// keep one pass: their readings agree with the bench within 2 to 3%, and three passes
-/// of multi-millisecond kernels would triple the finals' device time.
-pub const SHORT_KEY_PASSES: usize = 3;
-pub const SHORT_KEY_MS: f64 = 1.0;
+/// Finals passes of every key, each on its own buffer set (pass p on placement p, behind
+/// a spacer of its own size: [`GpuMeasurer`]). Each pass times every finalist once, in
+/// an order rotated by one per pass; the median of a finalist's passes ranks it.
+/// Passes first came to short keys, where one settled timing decided between tiles
+/// within 5% of each other on a reading that another call put 10% off (d256 at 512
+/// keys: `bench/NOTES.md`). They spread over placements since picks were found 5 to 12%
+/// slower than the default on one buffer set of three to eight and 1 to 5% faster on
+/// the others, the same set in two passes (a persistent tile at d128 causal 4k and 32k,
+/// a non-persistent one at d64 causal 16k; `bench --placements`): a pick timed on one
+/// set can win or lose by where its buffers landed, and an engine's buffers land
+/// anywhere.
+pub const FINAL_PASSES: usize = 3;
 /// The standard verify cases every candidate passes before it is timed: odd lengths,
 /// more keys than queries, GQA, ragged varlen batches with empty sequences, prefixes.
 pub const CHECK_CASES: &[&str] = &[
@@ -87,8 +88,10 @@ pub fn timing_policy() -> TimingPolicy {
         finalists: FINALISTS as u32,
         settle_ms: SETTLE_MS,
         key_warmup_ms: KEY_WARMUP_MS,
-        short_key_passes: SHORT_KEY_PASSES as u32,
-        short_key_ms: SHORT_KEY_MS,
+        final_passes: FINAL_PASSES as u32,
+        final_placements: FINAL_PASSES as u32,
+        short_key_passes: 0,
+        short_key_ms: 0.0,
     }
 }
 
@@ -278,12 +281,14 @@ pub trait Measurer {
     fn check(&mut self, kernel: &TuneKernel) -> Result<Result<(), String>, TuneError>;
     /// Times `kernel` on `bucket`'s problem after running it back to back for
     /// `settle_ms` (0 when screening, [`SETTLE_MS`] in the finals, [`KEY_WARMUP_MS`] for
-    /// a key's first finalist).
+    /// a key's first finalist), on the `placement`-th buffer set (0 when screening, the
+    /// pass in the finals).
     fn time(
         &mut self,
         kernel: &TuneKernel,
         bucket: Bucket,
         settle_ms: f64,
+        placement: usize,
     ) -> Result<Result<Timing, String>, TuneError>;
 }
 
@@ -393,7 +398,7 @@ pub fn tune_spec(
     // passes follow from the screening); the rest are planned once it is done.
     let finals_to_take = |r: &Record| -> usize {
         let passes_taken: usize = r.candidates.iter().map(|c| c.settled_passes().len()).sum();
-        (FINALISTS.min(kernels.len().max(r.candidates.len())) * final_passes(r))
+        (FINALISTS.min(kernels.len().max(r.candidates.len())) * FINAL_PASSES)
             .saturating_sub(passes_taken)
     };
     let finals_planned: Vec<usize> = records.iter().map(finals_to_take).collect();
@@ -445,7 +450,7 @@ pub fn tune_spec(
                 Err(why) => Outcome::Failed {
                     error: format!("wrong output: {why}"),
                 },
-                Ok(()) => match measurer.time(kernel, records[i].bucket, 0.0)? {
+                Ok(()) => match measurer.time(kernel, records[i].bucket, 0.0, 0)? {
                     Ok(t) => {
                         counts.timed += 1;
                         Outcome::Measured {
@@ -492,7 +497,7 @@ pub fn tune_spec(
     for (n, record) in records.iter_mut().enumerate() {
         let key = Key::of(record);
         let chosen = finalists(record);
-        let passes = final_passes(record);
+        let passes = FINAL_PASSES;
         if standing[n] {
             let kept = &carried_finals[n];
             for &i in &chosen {
@@ -525,7 +530,7 @@ pub fn tune_spec(
                 }
                 let settle_ms = if warm { SETTLE_MS } else { KEY_WARMUP_MS };
                 warm = true;
-                let settled = match measurer.time(kernel, record.bucket, settle_ms)? {
+                let settled = match measurer.time(kernel, record.bucket, settle_ms, pass)? {
                     Ok(t) => {
                         counts.finals += 1;
                         record.candidates[i].push_settled_pass(t.ms);
@@ -541,6 +546,8 @@ pub fn tune_spec(
                 record.timing.finalists = policy.finalists;
                 record.timing.settle_ms = policy.settle_ms;
                 record.timing.key_warmup_ms = policy.key_warmup_ms;
+                record.timing.final_passes = policy.final_passes;
+                record.timing.final_placements = policy.final_placements;
                 record.timing.short_key_passes = policy.short_key_passes;
                 record.timing.short_key_ms = policy.short_key_ms;
                 record.date = crate::timestamp::utc_now();
@@ -559,7 +566,7 @@ pub fn tune_spec(
 /// that left the finalists' machine code alone leaves their side-by-side comparison
 /// valid; a new or changed kernel that screened among them has them all taken again.
 fn finals_stand(record: &Record, kept: &BTreeMap<String, Vec<f64>>) -> bool {
-    let passes = final_passes(record);
+    let passes = FINAL_PASSES;
     let chosen = finalists(record);
     !chosen.is_empty()
         && chosen.iter().all(|&i| {
@@ -569,8 +576,8 @@ fn finals_stand(record: &Record, kept: &BTreeMap<String, Vec<f64>>) -> bool {
 }
 
 /// `key`'s record as a tune resumes it: the stored one if it was measured with the
-/// current template (finals taken before the key warm-up dropped: they are taken
-/// again; the settled times go in memory only, the store keeps them until the first new
+/// current template (finals taken before the key warm-up, or all on one buffer set,
+/// dropped: they are taken again; the settled times go in memory only, the store keeps them until the first new
 /// one is written), else an empty one.
 fn current_record(
     db: &TuningDb,
@@ -609,7 +616,10 @@ fn resumed(
     };
     Ok(match stored {
         Some(mut r) if r.template_hash == hash => {
-            if r.timing.key_warmup_ms < KEY_WARMUP_MS {
+            // Finals taken before the key warm-up, or all on one buffer set, are taken again.
+            if r.timing.key_warmup_ms < KEY_WARMUP_MS
+                || (r.timing.final_placements as usize) < FINAL_PASSES
+            {
                 r.candidates.iter_mut().for_each(|c| c.set_settled_ms(None));
             }
             (r, Vec::new())
@@ -726,7 +736,7 @@ pub fn configs_to_time(
                 needed.push(config.clone());
             }
         }
-        let passes = final_passes(&record);
+        let passes = FINAL_PASSES;
         for i in finalists(&record) {
             let c = &record.candidates[i];
             if c.settled_passes().len() < passes && !needed.contains(&c.config) {
@@ -735,20 +745,6 @@ pub fn configs_to_time(
         }
     }
     Ok(Some(needed))
-}
-
-/// The finals passes `record`'s key gets: [`SHORT_KEY_PASSES`] where its fastest
-/// measured candidate screened under [`SHORT_KEY_MS`], else one.
-fn final_passes(record: &Record) -> usize {
-    let fastest = record
-        .candidates
-        .iter()
-        .filter_map(Candidate::screened_ms)
-        .min_by(f64::total_cmp);
-    match fastest {
-        Some(ms) if ms < SHORT_KEY_MS => SHORT_KEY_PASSES,
-        _ => 1,
-    }
 }
 
 /// The indices of `record`'s finalists: candidate 0 (the default) if it was measured,
@@ -849,12 +845,20 @@ pub fn winners(
 
 /// Checks with the standard verify cases and times with CUDA events on one GPU. The
 /// problems of the spec in hand are kept per bucket; the kernel in hand stays loaded.
+/// A timed problem and the spacer allocated before it ([`bench::placement_spacer`]).
+struct Placed {
+    case: Case,
+    problem: Problem,
+    _spacer: Option<cudarc::driver::CudaSlice<u8>>,
+}
+
 pub struct GpuMeasurer<'g> {
     gpu: &'g Gpu,
     support: &'g Support,
     flush: L2Flush,
     cases: Vec<Case>,
-    problems: BTreeMap<Bucket, (Case, Problem)>,
+    /// Per (bucket, placement): the problem, behind its spacer (kept while it is).
+    problems: BTreeMap<(Bucket, usize), Placed>,
     problems_spec: Option<KernelSpec>,
     loaded: Option<(String, FwdKernel)>,
     /// Time spent in GPU work (checking, timing, making problems).
@@ -921,6 +925,7 @@ impl Measurer for GpuMeasurer<'_> {
         k: &TuneKernel,
         bucket: Bucket,
         settle_ms: f64,
+        placement: usize,
     ) -> Result<Result<Timing, String>, TuneError> {
         let started = Instant::now();
         let spec = k.built.candidate.spec;
@@ -928,17 +933,25 @@ impl Measurer for GpuMeasurer<'_> {
             self.problems.clear();
             self.problems_spec = Some(spec);
         }
-        if !self.problems.contains_key(&bucket) {
+        if !self.problems.contains_key(&(bucket, placement)) {
             let case = Case {
                 page_size: PAGE_SIZE,
                 ..bucket_cell(&spec, bucket).case()
             };
+            let spacer = bench::placement_spacer(self.gpu, placement)?;
             let problem = Problem::new(self.gpu, self.support, &spec, &case, 0x7e57)?;
-            self.problems.insert(bucket, (case, problem));
+            self.problems.insert(
+                (bucket, placement),
+                Placed {
+                    case,
+                    problem,
+                    _spacer: spacer,
+                },
+            );
         }
         self.kernel(k)?;
         let kernel = &self.loaded.as_ref().expect("loaded").1;
-        let (case, problem) = &self.problems[&bucket];
+        let Placed { case, problem, .. } = &self.problems[&(bucket, placement)];
         let times = bench::time_kernel(
             self.gpu,
             kernel,
@@ -1025,6 +1038,8 @@ mod tests {
         /// Screening times (at 1024 tokens) other than the above, by kernel.
         screened: BTreeMap<usize, f64>,
         finals: std::cell::RefCell<Vec<usize>>,
+        /// The buffer set of each finals timing, in order (screening asserts set 0).
+        placements: std::cell::RefCell<Vec<usize>>,
         /// Whether each finals timing (in order) had the key's warm-up.
         warmups: std::cell::RefCell<Vec<bool>>,
         /// Every finals timing sleeps until then (past a deadline).
@@ -1048,6 +1063,7 @@ mod tests {
                 settled: BTreeMap::new(),
                 screened: BTreeMap::new(),
                 finals: Default::default(),
+                placements: Default::default(),
                 warmups: Default::default(),
                 finals_until: None,
                 finals_crash: None,
@@ -1077,6 +1093,7 @@ mod tests {
             k: &TuneKernel,
             bucket: Bucket,
             settle_ms: f64,
+            placement: usize,
         ) -> Result<Result<Timing, String>, TuneError> {
             std::thread::sleep(self.delay);
             let i = self.index(k);
@@ -1103,12 +1120,14 @@ mod tests {
                 }
                 let nth = self.finals.borrow().iter().filter(|&&k| k == i).count();
                 self.finals.borrow_mut().push(i);
+                self.placements.borrow_mut().push(placement);
                 if self.finals_fail == Some(i) {
                     return Ok(Err("launch timed out".into()));
                 }
                 ms *= self.settled.get(&i).copied().unwrap_or(1.0);
                 ms *= self.outliers.get(&(i, nth)).copied().unwrap_or(1.0);
             } else {
+                assert_eq!(placement, 0, "screening times on the first buffer set");
                 self.timings.set(self.timings.get() + 1);
             }
             Ok(Ok(Timing {
@@ -1128,14 +1147,9 @@ mod tests {
         }
     }
 
-    /// Finals timings of a whole tune of `keys(buckets)` with every finalist right:
-    /// scripted screening puts 1024 keys and shorter under SHORT_KEY_MS (k2: 0.5 ms
-    /// at 1024), 2048 and longer over it.
+    /// Finals timings of a whole tune of `keys(buckets)` with every finalist right.
     fn finals_for(buckets: &[u32]) -> usize {
-        buckets
-            .iter()
-            .map(|&b| FINALISTS * if b <= 1024 { SHORT_KEY_PASSES } else { 1 })
-            .sum()
+        buckets.len() * FINALISTS * FINAL_PASSES
     }
 
     fn keys(buckets: &[u32]) -> Vec<Key> {
@@ -1176,8 +1190,8 @@ mod tests {
         assert_eq!(m.timings.get(), 4 * 2, "the wrong kernel is not timed");
         assert_eq!(
             (m.finals(), counts.finals),
-            (4 * SHORT_KEY_PASSES + 4, 4 * SHORT_KEY_PASSES + 4),
-            "every right one is a finalist, in three passes at 512 keys, one at 4096"
+            (2 * 4 * FINAL_PASSES, 2 * 4 * FINAL_PASSES),
+            "every right one is a finalist, in three passes at each key"
         );
         let records = db.records().unwrap();
         assert_eq!(records.len(), 2);
@@ -1221,7 +1235,7 @@ mod tests {
         run(&db, "h1", &keys, &ks, &mut m, &Silent);
         let mut again = Scripted::new(&ks, None, Duration::ZERO);
         let (counts, _) = run(&db, "h1", &keys, &ks, &mut again, &Silent);
-        assert_eq!(m.finals(), 3 * SHORT_KEY_PASSES);
+        assert_eq!(m.finals(), 3 * FINAL_PASSES);
         assert_eq!(
             (
                 again.checks.get(),
@@ -1240,7 +1254,7 @@ mod tests {
         let (counts, _) = run(&db, "h2", &keys, &recoded, &mut fresh, &Silent);
         assert_eq!(
             (fresh.timings.get(), fresh.finals(), counts.carried),
-            (3, 3 * SHORT_KEY_PASSES, 0)
+            (3, 3 * FINAL_PASSES, 0)
         );
         let r = &db.records().unwrap()[0];
         assert_eq!((r.template_hash.as_str(), r.candidates.len()), ("h2", 3));
@@ -1353,7 +1367,7 @@ mod tests {
         );
         assert_eq!(
             again.finals(),
-            3 * SHORT_KEY_PASSES + 3,
+            2 * 3 * FINAL_PASSES,
             "the finals are taken again, side by side"
         );
         for r in db.records().unwrap() {
@@ -1427,8 +1441,7 @@ mod tests {
         assert_eq!(tally.planned.get(), tally.done.get());
         assert_eq!(m4.timings.get(), 2);
         assert_eq!(counts.finals_carried, 0);
-        // (kernel 4's 0.1 ms at 1024 keys puts both keys under SHORT_KEY_MS)
-        assert_eq!(m4.finals(), 2 * FINALISTS * SHORT_KEY_PASSES);
+        assert_eq!(m4.finals(), 2 * FINALISTS * FINAL_PASSES);
         for r in db.records().unwrap() {
             let (winner, _) = r.winner().unwrap();
             assert_eq!(winner.kernel, fast[4].built.id.0);
@@ -1463,7 +1476,7 @@ mod tests {
         );
         assert_eq!(
             (m.finals(), counts.finals_carried),
-            (3, 0),
+            (3 * FINAL_PASSES, 0),
             "the finals do not"
         );
     }
@@ -1599,10 +1612,13 @@ mod tests {
         m.settled = BTreeMap::from([(2, 5.0), (1, 0.8)]);
         let (counts, stopped) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
         assert!(!stopped);
-        assert_eq!(counts.finals, FINALISTS * SHORT_KEY_PASSES);
+        assert_eq!(counts.finals, FINALISTS * FINAL_PASSES);
         let r = &db.records().unwrap()[0];
         assert_eq!((r.timing.finalists, r.timing.settle_ms), (4, SETTLE_MS));
-        assert_eq!(r.timing.short_key_passes, SHORT_KEY_PASSES as u32);
+        assert_eq!(
+            (r.timing.final_passes, r.timing.final_placements),
+            (FINAL_PASSES as u32, FINAL_PASSES as u32)
+        );
         let by_screening = Record {
             candidates: r
                 .candidates
@@ -1640,7 +1656,7 @@ mod tests {
         let (counts, _) = run(&db, "h1", &keys, &ks, &mut m, &Silent);
         assert_eq!(
             (counts.finals, counts.time_failed),
-            ((FINALISTS - 1) * SHORT_KEY_PASSES, 1),
+            ((FINALISTS - 1) * FINAL_PASSES, 1),
             "a finalist whose timing fails sits out the other passes"
         );
         let r = &db.records().unwrap()[0];
@@ -1664,8 +1680,9 @@ mod tests {
         assert_eq!((counts.finals, m.finals()), (all, all));
         let mut timed = m.finals.borrow().clone();
         timed.sort();
-        let each = SHORT_KEY_PASSES + 1;
-        assert_eq!(timed, [[0; 4], [1; 4], [2; 4], [3; 4]].concat()[..4 * each]);
+        let each = 2 * FINAL_PASSES;
+        let by_kernel: Vec<usize> = (0..4).flat_map(|k| vec![k; each]).collect();
+        assert_eq!(timed, by_kernel);
         for r in db.records().unwrap() {
             let settled: Vec<usize> = settled_of(&r, &ks).into_iter().map(|s| s.0).collect();
             assert_eq!(settled, vec![0, 1, 2, 3], "k4 and k5 are not re-timed");
@@ -1694,7 +1711,7 @@ mod tests {
             w[0] = true;
             w
         };
-        let warmups = [per_key(SHORT_KEY_PASSES), per_key(1)].concat();
+        let warmups = [per_key(FINAL_PASSES), per_key(FINAL_PASSES)].concat();
         assert_eq!(*m.warmups.borrow(), warmups);
         for r in db.records().unwrap() {
             assert_eq!(r.timing.key_warmup_ms, KEY_WARMUP_MS);
@@ -1789,24 +1806,25 @@ mod tests {
     }
 
     #[test]
-    fn short_keys_settle_on_the_median_of_rotating_passes() {
+    fn every_key_settles_on_the_median_of_passes_over_buffer_sets() {
         let ks = kernels(5);
         let dir = tempfile::tempdir().unwrap();
         let db = TuningDb::open(&dir.path().join("db")).unwrap();
-        // At 512 keys: k2 0.25 ms, k0 0.5, k1 0.55, k3 0.65 (finalists), k4 0.7. One
-        // of k2's three readings is a 3x outlier, one of k0's a 0.5x one: neither
-        // decides. At 4096 keys (one pass) k2's single reading is its outlier.
+        // At 512 keys: k2 0.25 ms, k0 0.5, k1 0.55, k3 0.65 (finalists), k4 0.7; at 4096
+        // eight times that. One of k2's three readings at each key is a 3x outlier
+        // (a buffer set its tile is slow on), one of k0's a 0.5x one: none decides.
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         m.outliers = BTreeMap::from([((2, 1), 3.0), ((0, 2), 0.5), ((2, 3), 3.0)]);
         run(&db, "h1", &keys(&[512, 4096]), &ks, &mut m, &Silent);
         let timed = m.finals.borrow().clone();
-        // Pass p starts at the p-th finalist (default, then by screening time).
-        assert_eq!(
-            timed[..12],
-            [0, 2, 1, 3, 2, 1, 3, 0, 1, 3, 0, 2],
-            "{timed:?}"
-        );
-        assert_eq!(timed[12..], [0, 2, 1, 3]);
+        // Pass p starts at the p-th finalist (default, then by screening time) and runs
+        // on the p-th buffer set.
+        let order = [0, 2, 1, 3, 2, 1, 3, 0, 1, 3, 0, 2];
+        assert_eq!(timed, [order, order].concat(), "{timed:?}");
+        let sets: Vec<usize> = (0..2 * FINAL_PASSES)
+            .flat_map(|p| vec![p % FINAL_PASSES; FINALISTS])
+            .collect();
+        assert_eq!(*m.placements.borrow(), sets);
         let records = db.records().unwrap();
         let short = records.iter().find(|r| r.bucket.seqlen == 512).unwrap();
         let passes = |r: &Record, k: usize| {
@@ -1821,20 +1839,20 @@ mod tests {
         assert_eq!(short.winner().unwrap().0.kernel, ks[2].built.id.0);
         assert_eq!(short.default_ms(), Some(0.5));
         let long = records.iter().find(|r| r.bucket.seqlen == 4096).unwrap();
-        assert_eq!(passes(long, 2), vec![6.0], "one pass: 2 ms read as 6");
-        assert_eq!(long.winner().unwrap().0.kernel, ks[0].built.id.0);
+        assert_eq!(passes(long, 2), vec![6.0, 2.0, 2.0], "the 3x set outvoted");
+        assert_eq!(long.winner().unwrap().0.kernel, ks[2].built.id.0);
+        assert_eq!(long.timing.final_placements, FINAL_PASSES as u32);
 
-        // Records settled in one pass (before passes existed) are topped up to three
-        // on short keys, their one reading kept as the first; long keys are done.
+        // Records whose finals all ran on one buffer set (an older fa4-gen) take them
+        // again, every key; nothing is screened again.
         for mut r in db.records().unwrap() {
-            for c in r.candidates.iter_mut() {
-                let first = c.settled_passes().first().copied();
-                c.set_settled_ms(first);
-            }
-            r.timing.short_key_passes = 0;
+            r.timing.final_passes = 0;
+            r.timing.final_placements = 0;
+            r.timing.short_key_passes = 3;
+            r.timing.short_key_ms = 1.0;
             db.put(&r).unwrap();
         }
-        // Only the 512 key's finalists are built again for that.
+        // Only the finalists are built again for that.
         let current = |_: Template| "h1".to_string();
         let configs: Vec<TileConfig> = ks
             .iter()
@@ -1842,32 +1860,38 @@ mod tests {
             .collect();
         let to_time =
             |keys: &[Key]| configs_to_time(&db, &device(), &current, keys, &configs).unwrap();
-        let finalists_512: Vec<TileConfig> =
-            [0, 2, 1, 3].iter().map(|&i| configs[i].clone()).collect();
-        assert_eq!(to_time(&keys(&[512, 4096])), Some(finalists_512));
+        let finalists: Vec<TileConfig> = [0, 2, 1, 3].iter().map(|&i| configs[i].clone()).collect();
+        assert_eq!(to_time(&keys(&[512, 4096])), Some(finalists));
         assert_eq!(
             to_time(&keys(&[512, 4096, 8192])),
             None,
             "a new key: everything"
         );
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.settled = BTreeMap::from([(2, 3.0)]);
         let (counts, _) = run(&db, "h1", &keys(&[512, 4096]), &ks, &mut m, &Silent);
-        assert_eq!((m.timings.get(), counts.finals), (0, 4 * 2));
+        assert_eq!(
+            (m.timings.get(), counts.finals),
+            (0, finals_for(&[512, 4096]))
+        );
         assert_eq!(to_time(&keys(&[512, 4096])), Some(vec![]), "nothing left");
+        for r in db.records().unwrap() {
+            assert_eq!(
+                r.winner().unwrap().0.kernel,
+                ks[0].built.id.0,
+                "the new passes decide"
+            );
+            assert_eq!(
+                (r.timing.final_placements, r.timing.short_key_passes),
+                (FINAL_PASSES as u32, 0)
+            );
+        }
         // A candidate the records lack (new to the space) is built.
         for mut r in db.records().unwrap() {
             r.candidates.retain(|c| c.kernel != ks[4].built.id.0);
             db.put(&r).unwrap();
         }
         assert_eq!(to_time(&keys(&[512, 4096])), Some(vec![configs[4].clone()]));
-        let short = db
-            .records()
-            .unwrap()
-            .into_iter()
-            .find(|r| r.bucket.seqlen == 512)
-            .unwrap();
-        assert_eq!(passes(&short, 0), vec![0.5, 0.5, 0.5]);
-        assert_eq!(short.timing.short_key_passes, SHORT_KEY_PASSES as u32);
     }
 
     /// Sums what a tune plans and counts what it then measures.

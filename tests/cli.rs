@@ -362,6 +362,8 @@ fn hand_record(kernel: &str, code_hash: &str) -> fa4_gen::db::Record {
             finalists: 0,
             settle_ms: 0.0,
             key_warmup_ms: 0.0,
+            final_passes: 0,
+            final_placements: 0,
             short_key_passes: 0,
             short_key_ms: 0.0,
         },

@@ -303,6 +303,11 @@ pub struct BenchArgs {
     /// Templates to time [default: every template that supports the GPU's arch].
     #[arg(long, value_delimiter = ',')]
     pub template: Vec<String>,
+    /// Time each cell on this many buffer sets, each allocated behind a spacer of another
+    /// size (rows carry `placement`), to tell a kernel's speed from where its buffers
+    /// landed in memory.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub placements: u32,
 }
 
 /// A failure of a command, with its exit status.
@@ -1376,7 +1381,6 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 page_size: a.page_size,
                 ..cell.case()
             };
-            let problem = crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
             // "fa4-gen" is the plain default ("fa4-gen-hopper" the Hopper template's);
             // "+local", "+sinks", ... name the variants so compare.py can set each against
             // it, and ":config" the non-default configs.
@@ -1392,65 +1396,79 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 variant.push_str("+varlen");
             }
             let mut best: Option<crate::bench::Row> = None;
-            for (built, cubin) in cell_kernels {
-                let base = match built.candidate.template {
-                    Template::Portable => format!("fa4-gen{variant}"),
-                    t => format!("fa4-gen-{t}{variant}"),
-                };
-                let kernel = FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
-                let times = crate::bench::time_kernel(
-                    &gpu,
-                    &kernel,
-                    &problem.params,
-                    &mut flush,
-                    a.budget_ms,
-                    a.warmup_ms,
-                )?;
-                let config = built.candidate.config.tag();
-                let backend = if built.is_default {
-                    base.clone()
-                } else {
-                    format!("{base}:{config}")
-                };
-                let row = crate::bench::row(
-                    &spec,
-                    &cell,
-                    &times,
-                    &built.id.0,
-                    &config,
-                    built.is_default,
-                    &backend,
-                );
-                println!(
-                    "{:>4} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}",
-                    row.hdim,
-                    row.seqlen,
-                    cell.mask.name(),
-                    feature_set.name(),
-                    row.batch,
-                    row.heads,
-                    config,
-                    row.ms,
-                    row.tflops,
-                    match (built.is_default, winner(built)) {
-                        (true, true) => "  (default, tuned)",
-                        (true, false) => "  (default)",
-                        (false, true) => "  (tuned)",
-                        (false, false) => "",
+            for placement in 0..a.placements {
+                let _spacer = crate::bench::placement_spacer(&gpu, placement as usize)?;
+                let problem = crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
+                let placement = (a.placements > 1).then_some(placement);
+                for (built, cubin) in &cell_kernels {
+                    let base = match built.candidate.template {
+                        Template::Portable => format!("fa4-gen{variant}"),
+                        t => format!("fa4-gen-{t}{variant}"),
+                    };
+                    let kernel =
+                        FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
+                    let times = crate::bench::time_kernel(
+                        &gpu,
+                        &kernel,
+                        &problem.params,
+                        &mut flush,
+                        a.budget_ms,
+                        a.warmup_ms,
+                    )?;
+                    let config = built.candidate.config.tag();
+                    let backend = if built.is_default {
+                        base.clone()
+                    } else {
+                        format!("{base}:{config}")
+                    };
+                    let row = crate::bench::row(
+                        &spec,
+                        &cell,
+                        &times,
+                        &built.id.0,
+                        &config,
+                        built.is_default,
+                        &backend,
+                    );
+                    let row = crate::bench::Row { placement, ..row };
+                    println!(
+                        "{:>4} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}{}",
+                        row.hdim,
+                        row.seqlen,
+                        cell.mask.name(),
+                        feature_set.name(),
+                        row.batch,
+                        row.heads,
+                        config,
+                        row.ms,
+                        row.tflops,
+                        match (built.is_default, winner(built)) {
+                            (true, true) => "  (default, tuned)",
+                            (true, false) => "  (default)",
+                            (false, true) => "  (tuned)",
+                            (false, false) => "",
+                        },
+                        match placement {
+                            Some(n) => format!("  placement {n}, K at {:#x}", gpu.ptr(&problem.k)),
+                            None => String::new(),
+                        }
+                    );
+                    if best.as_ref().is_none_or(|b| row.ms < b.ms) {
+                        best = Some(row.clone());
                     }
-                );
-                if best.as_ref().is_none_or(|b| row.ms < b.ms) {
-                    best = Some(row.clone());
+                    let untuned = !tuned.contains_key(&(
+                        built.candidate.template,
+                        built.candidate.spec,
+                        bucket,
+                    ));
+                    if winner(built) || (a.db.is_some() && built.is_default && untuned) {
+                        rows.push(crate::bench::Row {
+                            backend: format!("{base}-tuned"),
+                            ..row.clone()
+                        });
+                    }
+                    rows.push(row);
                 }
-                let untuned =
-                    !tuned.contains_key(&(built.candidate.template, built.candidate.spec, bucket));
-                if winner(built) || (a.db.is_some() && built.is_default && untuned) {
-                    rows.push(crate::bench::Row {
-                        backend: format!("{base}-tuned"),
-                        ..row.clone()
-                    });
-                }
-                rows.push(row);
             }
             if configs.is_some() {
                 if let Some(mut b) = best {
