@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d192_local_m128n64w12s2_overlap1_persistent1_pingpong1_ws1_3451e61ba1
+// fa4-gen kernel hopper_sm90_bf16_d192_causal_softcap_m128n64w12s2_capoffset1_lazy1_overlap1_persistent1_pingpong1_ws1_4e19d59b93
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
-// spec      arch=sm90 dtype=bf16 head_dim=192 head_dim_v=192 mask=local features=none
-// config    block_m=128 block_n=64 warps=12 stages=2 overlap=1 persistent=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=bf16 head_dim=192 head_dim_v=192 mask=causal features=softcap
+// config    block_m=128 block_n=64 warps=12 stages=2 capoffset=1 lazy=1 overlap=1 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,14 +64,14 @@ struct Wgmma<192, true> {
 
 struct KernelConfig {
     using Element = fa4::bf16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
     static constexpr int kHeadDim = 192;
     static constexpr int kHeadDimV = 192;
     static constexpr int kWarpgroups = 2;
     static constexpr int kBlockN = 64;
     static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
-    static constexpr bool kSoftcap = false;
+    static constexpr bool kSoftcap = true;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
     static constexpr bool kWarpSpecialized = true;
@@ -81,9 +81,9 @@ struct KernelConfig {
     static constexpr bool kPersistent = true;
     static constexpr int kOSlots = 2;
     static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
-    static constexpr bool kCapOffset = false;
+    static constexpr bool kCapOffset = true;
     static constexpr bool kHalfFirst = false;
     static constexpr bool kMufuTurns = false;
     static constexpr int kBlocksPerSm = 1;

@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d64_local_sinks_m192n128w16s3_overlap1_pingpong1_ws1_94db58dc71
+// fa4-gen kernel hopper_sm90_bf16_d64_local_m192n128w16s3_lazy1_overlap1_pingpong1_ws1_fa892a2bdf
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
-// spec      arch=sm90 dtype=bf16 head_dim=64 head_dim_v=64 mask=local features=sinks
-// config    block_m=192 block_n=128 warps=16 stages=3 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=bf16 head_dim=64 head_dim_v=64 mask=local features=none
+// config    block_m=192 block_n=128 warps=16 stages=3 lazy=1 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -70,7 +70,7 @@ struct KernelConfig {
     static constexpr int kWarpgroups = 3;
     static constexpr int kBlockN = 128;
     static constexpr int kStages = 3;
-    static constexpr bool kSinks = true;
+    static constexpr bool kSinks = false;
     static constexpr bool kSoftcap = false;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
@@ -81,7 +81,7 @@ struct KernelConfig {
     static constexpr bool kPersistent = false;
     static constexpr int kOSlots = 0;
     static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kCapOffset = false;
     static constexpr bool kHalfFirst = true;

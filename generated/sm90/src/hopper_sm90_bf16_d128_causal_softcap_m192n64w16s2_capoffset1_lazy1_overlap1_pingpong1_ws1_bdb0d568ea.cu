@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d64_none_m192n128w16s3_overlap1_pingpong1_ws1_0ad94ecd6e
+// fa4-gen kernel hopper_sm90_bf16_d128_causal_softcap_m192n64w16s2_capoffset1_lazy1_overlap1_pingpong1_ws1_bdb0d568ea
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
-// spec      arch=sm90 dtype=bf16 head_dim=64 head_dim_v=64 mask=none features=none
-// config    block_m=192 block_n=128 warps=16 stages=3 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=bf16 head_dim=128 head_dim_v=128 mask=causal features=softcap
+// config    block_m=192 block_n=64 warps=16 stages=2 capoffset=1 lazy=1 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -12,6 +12,29 @@ namespace fa4 {
 namespace hopper {
 // wgmma.m64nNk16 for the N this kernel uses: d holds the thread's N/2 f32 accumulators
 // (layout in wgmma.cuh); `accumulate` 0 overwrites them (scale-d), 1 adds.
+
+template <>
+struct Wgmma<32, true> {
+    // A and B from shared memory (both K-major).
+    __device__ __forceinline__ static void ss(float (&d)[16], u64 a, u64 b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "l"(a), "l"(b), "r"(accumulate));
+    }
+    // A from registers (4 x b32, mma.sync's A fragment), B from shared memory MN-major.
+    __device__ __forceinline__ static void rs(float (&d)[16], const u32 (&a)[4], u64 b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, "
+            "%20, p, 1, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+    }
+};
 
 template <>
 struct Wgmma<64, true> {
@@ -64,14 +87,14 @@ struct Wgmma<128, true> {
 
 struct KernelConfig {
     using Element = fa4::bf16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::None;
-    static constexpr int kHeadDim = 64;
-    static constexpr int kHeadDimV = 64;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
+    static constexpr int kHeadDim = 128;
+    static constexpr int kHeadDimV = 128;
     static constexpr int kWarpgroups = 3;
-    static constexpr int kBlockN = 128;
-    static constexpr int kStages = 3;
+    static constexpr int kBlockN = 64;
+    static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
-    static constexpr bool kSoftcap = false;
+    static constexpr bool kSoftcap = true;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
     static constexpr bool kWarpSpecialized = true;
@@ -81,10 +104,10 @@ struct KernelConfig {
     static constexpr bool kPersistent = false;
     static constexpr int kOSlots = 0;
     static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
-    static constexpr bool kCapOffset = false;
-    static constexpr bool kHalfFirst = false;
+    static constexpr bool kCapOffset = true;
+    static constexpr bool kHalfFirst = true;
     static constexpr bool kMufuTurns = false;
     static constexpr int kBlocksPerSm = 1;
     static constexpr int kProducerRegs = 32;  // 0: no reallocation
@@ -92,7 +115,7 @@ struct KernelConfig {
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 123024, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 114800, "shared memory differs from the config space's model");
 static_assert(KernelTraits::kBlockM == 192, "block_m differs from the config space's model");
 
 static_assert(KernelTraits::kThreads == 512, "threads differ from the config space's model");
