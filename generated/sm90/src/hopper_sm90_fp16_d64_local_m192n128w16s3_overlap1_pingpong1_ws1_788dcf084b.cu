@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d64_local_m192n128w16s2_overlap1_pingpong1_ws1_c26b920d23
+// fa4-gen kernel hopper_sm90_fp16_d64_local_m192n128w16s3_overlap1_pingpong1_ws1_788dcf084b
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
 // spec      arch=sm90 dtype=fp16 head_dim=64 head_dim_v=64 mask=local features=none
-// config    block_m=192 block_n=128 warps=16 stages=2 overlap=1 pingpong=1 ws=1
+// config    block_m=192 block_n=128 warps=16 stages=3 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -69,7 +69,7 @@ struct KernelConfig {
     static constexpr int kHeadDimV = 64;
     static constexpr int kWarpgroups = 3;
     static constexpr int kBlockN = 128;
-    static constexpr int kStages = 2;
+    static constexpr int kStages = 3;
     static constexpr bool kSinks = false;
     static constexpr bool kSoftcap = false;
     static constexpr bool kPaged = false;
@@ -92,7 +92,7 @@ struct KernelConfig {
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 90224, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 123024, "shared memory differs from the config space's model");
 static_assert(KernelTraits::kBlockM == 192, "block_m differs from the config space's model");
 
 static_assert(KernelTraits::kThreads == 512, "threads differ from the config space's model");

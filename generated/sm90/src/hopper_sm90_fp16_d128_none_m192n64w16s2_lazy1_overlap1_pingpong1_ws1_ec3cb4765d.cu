@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d64_local_sinks_m192n128w16s2_overlap1_pingpong1_ws1_341ddbf684
+// fa4-gen kernel hopper_sm90_fp16_d128_none_m192n64w16s2_lazy1_overlap1_pingpong1_ws1_ec3cb4765d
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
-// spec      arch=sm90 dtype=fp16 head_dim=64 head_dim_v=64 mask=local features=sinks
-// config    block_m=192 block_n=128 warps=16 stages=2 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=fp16 head_dim=128 head_dim_v=128 mask=none features=none
+// config    block_m=192 block_n=64 warps=16 stages=2 lazy=1 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,13 +64,13 @@ struct Wgmma<128, false> {
 
 struct KernelConfig {
     using Element = fa4::fp16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
-    static constexpr int kHeadDim = 64;
-    static constexpr int kHeadDimV = 64;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::None;
+    static constexpr int kHeadDim = 128;
+    static constexpr int kHeadDimV = 128;
     static constexpr int kWarpgroups = 3;
-    static constexpr int kBlockN = 128;
+    static constexpr int kBlockN = 64;
     static constexpr int kStages = 2;
-    static constexpr bool kSinks = true;
+    static constexpr bool kSinks = false;
     static constexpr bool kSoftcap = false;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
@@ -81,10 +81,10 @@ struct KernelConfig {
     static constexpr bool kPersistent = false;
     static constexpr int kOSlots = 0;
     static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kCapOffset = false;
-    static constexpr bool kHalfFirst = true;
+    static constexpr bool kHalfFirst = false;
     static constexpr bool kMufuTurns = false;
     static constexpr int kBlocksPerSm = 1;
     static constexpr int kProducerRegs = 32;  // 0: no reallocation
@@ -92,7 +92,7 @@ struct KernelConfig {
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 90224, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 114800, "shared memory differs from the config space's model");
 static_assert(KernelTraits::kBlockM == 192, "block_m differs from the config space's model");
 
 static_assert(KernelTraits::kThreads == 512, "threads differ from the config space's model");

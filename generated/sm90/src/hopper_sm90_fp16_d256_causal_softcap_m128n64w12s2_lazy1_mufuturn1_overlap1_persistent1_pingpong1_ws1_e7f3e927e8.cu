@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d256_causal_softcap_m128n64w12s2_mufuturn1_overlap1_persistent1_pingpong1_ws1_1871b37f33
+// fa4-gen kernel hopper_sm90_fp16_d256_causal_softcap_m128n64w12s2_lazy1_mufuturn1_overlap1_persistent1_pingpong1_ws1_e7f3e927e8
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
 // spec      arch=sm90 dtype=fp16 head_dim=256 head_dim_v=256 mask=causal features=softcap
-// config    block_m=128 block_n=64 warps=12 stages=2 mufuturn=1 overlap=1 persistent=1 pingpong=1 ws=1
+// config    block_m=128 block_n=64 warps=12 stages=2 lazy=1 mufuturn=1 overlap=1 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -81,7 +81,7 @@ struct KernelConfig {
     static constexpr bool kPersistent = true;
     static constexpr int kOSlots = 1;
     static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kCapOffset = false;
     static constexpr bool kHalfFirst = false;

@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d64_local_softcap_m64n64w8s2_capoffset1_lazy1_overlap1_persistent1_pingpong0_ws1_2c5b939bd1
+// fa4-gen kernel hopper_sm90_bf16_d64_local_softcap_m64n64w8s2_capoffset1_overlap1_persistent1_pingpong0_ws1_4501ab82d7
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
 // spec      arch=sm90 dtype=bf16 head_dim=64 head_dim_v=64 mask=local features=softcap
-// config    block_m=64 block_n=64 warps=8 stages=2 capoffset=1 lazy=1 overlap=1 persistent=1 pingpong=0 ws=1
+// config    block_m=64 block_n=64 warps=8 stages=2 capoffset=1 overlap=1 persistent=1 pingpong=0 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -58,7 +58,7 @@ struct KernelConfig {
     static constexpr bool kPersistent = true;
     static constexpr int kOSlots = 1;
     static constexpr int kQBuffers = 2;
-    static constexpr bool kLazyRescale = true;
+    static constexpr bool kLazyRescale = false;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kCapOffset = true;
     static constexpr bool kHalfFirst = false;

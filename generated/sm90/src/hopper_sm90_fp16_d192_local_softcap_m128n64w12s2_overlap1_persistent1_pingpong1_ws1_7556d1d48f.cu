@@ -1,7 +1,7 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d192_none_m128n64w12s2_overlap1_persistent1_pingpong1_ws1_25fd67c00b
+// fa4-gen kernel hopper_sm90_fp16_d192_local_softcap_m128n64w12s2_overlap1_persistent1_pingpong1_ws1_7556d1d48f
 // template  hopper_fwd.cu.tera (hash 03da60d236952eb6)
-// spec      arch=sm90 dtype=fp16 head_dim=192 head_dim_v=192 mask=none features=none
+// spec      arch=sm90 dtype=fp16 head_dim=192 head_dim_v=192 mask=local features=softcap
 // config    block_m=128 block_n=64 warps=12 stages=2 overlap=1 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
@@ -64,14 +64,14 @@ struct Wgmma<192, false> {
 
 struct KernelConfig {
     using Element = fa4::fp16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::None;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
     static constexpr int kHeadDim = 192;
     static constexpr int kHeadDimV = 192;
     static constexpr int kWarpgroups = 2;
     static constexpr int kBlockN = 64;
     static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
-    static constexpr bool kSoftcap = false;
+    static constexpr bool kSoftcap = true;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
     static constexpr bool kWarpSpecialized = true;
