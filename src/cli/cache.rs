@@ -15,7 +15,9 @@ use crate::space::{switches, Footprint};
 
 #[derive(Debug, Args)]
 pub struct BuildCacheArgs {
-    /// Architectures [default: all; sm90 is tuned, the others serve their defaults].
+    /// Architectures [default: all; sm90 is tuned, the others serve their defaults]. The
+    /// cache then holds these alone (the manifest is written anew): to refresh one arch of
+    /// the shipped cache, build them all.
     #[arg(long, value_delimiter = ',')]
     pub arch: Vec<String>,
     /// Feature sets to ship: none, sinks, softcap, paged joined with +, or all [default: all].
