@@ -218,6 +218,69 @@ pub fn placement_spacer(gpu: &Gpu, placement: usize) -> Result<Option<CudaSlice<
     }
 }
 
+/// One of a timed problem's tensors, for `bench --move-buffer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Buffer {
+    Q,
+    K,
+    V,
+    O,
+}
+
+impl Buffer {
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "q" => Some(Buffer::Q),
+            "k" => Some(Buffer::K),
+            "v" => Some(Buffer::V),
+            "o" => Some(Buffer::O),
+            _ => None,
+        }
+    }
+}
+
+/// A copy of one of `problem`'s buffers behind the `placement`-th spacer, and the
+/// problem's parameters pointing at it (at the same offset into it); the other buffers
+/// stay where they are. Held while the kernel runs on `params`.
+pub struct MovedBuffer {
+    _spacer: Option<CudaSlice<u8>>,
+    _copy: CudaSlice<u16>,
+    pub params: FwdParams,
+}
+
+pub fn move_buffer(
+    gpu: &Gpu,
+    problem: &crate::problem::Problem,
+    buffer: Buffer,
+    placement: usize,
+) -> Result<MovedBuffer, GpuError> {
+    let spacer = placement_spacer(gpu, placement)?;
+    let src = match buffer {
+        Buffer::Q => &problem.q,
+        Buffer::K => &problem.k,
+        Buffer::V => &problem.v,
+        Buffer::O => &problem.o,
+    };
+    let mut copy = gpu.alloc::<u16>(src.len())?;
+    gpu.stream()
+        .memcpy_dtod(src, &mut copy)
+        .map_err(driver("cuMemcpyDtoD"))?;
+    let mut params = problem.params;
+    let (from, to) = (gpu.ptr(src), gpu.ptr(&copy));
+    let field = match buffer {
+        Buffer::Q => &mut params.q,
+        Buffer::K => &mut params.k,
+        Buffer::V => &mut params.v,
+        Buffer::O => &mut params.o,
+    };
+    *field = to + (*field - from);
+    Ok(MovedBuffer {
+        _spacer: spacer,
+        _copy: copy,
+        params,
+    })
+}
+
 /// A buffer larger than the L2 cache, overwritten before every timed run.
 pub struct L2Flush(CudaSlice<u8>);
 

@@ -234,6 +234,14 @@ fn bad_input_gets_one_clear_line() {
         "--page-size 0 is not a positive number of keys",
     );
     assert_usage_error(&["bench", "--window", "128"], "--window takes LEFT,RIGHT");
+    assert_usage_error(
+        &["bench", "--placements", "3", "--move-buffer", "lse"],
+        "--move-buffer lse: expected q, k, v or o",
+    );
+    assert_usage_error(
+        &["bench", "--move-buffer", "k"],
+        "--move-buffer k moves a buffer between buffer sets: add --placements 2 or more",
+    );
 }
 
 #[test]

@@ -308,6 +308,10 @@ pub struct BenchArgs {
     /// landed in memory.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub placements: u32,
+    /// With --placements: move only this buffer (q, k, v or o) behind each set's spacer,
+    /// the others staying where the first set put them [default: all four together].
+    #[arg(long)]
+    pub move_buffer: Option<String>,
 }
 
 /// A failure of a command, with its exit status.
@@ -1237,6 +1241,20 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             a.page_size
         )));
     }
+    let moved = match &a.move_buffer {
+        None => None,
+        Some(name) => {
+            let buffer = crate::bench::Buffer::parse(name).ok_or_else(|| {
+                CliError::Usage(format!("--move-buffer {name}: expected q, k, v or o"))
+            })?;
+            if a.placements < 2 {
+                return Err(CliError::Usage(format!(
+                    "--move-buffer {name} moves a buffer between buffer sets: add --placements 2 or more"
+                )));
+            }
+            Some(buffer)
+        }
+    };
     // Cells, each with the feature sets it is timed with.
     let cells: Vec<(crate::bench::Cell, Vec<Features>)> = if a.layers.is_empty() {
         crate::bench::paper_grid(&a.head_dim, &a.seqlen, &masks, a.total_tokens, a.hidden)
@@ -1396,9 +1414,31 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 variant.push_str("+varlen");
             }
             let mut best: Option<crate::bench::Row> = None;
+            // With --move-buffer, one problem whose named buffer is copied behind each
+            // set's spacer; else a whole problem per set.
+            let shared = match moved {
+                Some(_) => Some(crate::problem::Problem::new(
+                    &gpu, &support, &spec, &case, 0x5eed,
+                )?),
+                None => None,
+            };
             for placement in 0..a.placements {
-                let _spacer = crate::bench::placement_spacer(&gpu, placement as usize)?;
-                let problem = crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
+                // What the set's parameters point at lives as long as its timings.
+                let (mut _moved, mut _own) = (None, None);
+                let params = match (&shared, moved) {
+                    (Some(problem), Some(buffer)) if placement > 0 => {
+                        let m =
+                            crate::bench::move_buffer(&gpu, problem, buffer, placement as usize)?;
+                        _moved.insert(m).params
+                    }
+                    (Some(problem), _) => problem.params,
+                    (None, _) => {
+                        let spacer = crate::bench::placement_spacer(&gpu, placement as usize)?;
+                        let problem =
+                            crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
+                        _own.insert((spacer, problem)).1.params
+                    }
+                };
                 let placement = (a.placements > 1).then_some(placement);
                 for (built, cubin) in &cell_kernels {
                     let base = match built.candidate.template {
@@ -1410,7 +1450,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     let times = crate::bench::time_kernel(
                         &gpu,
                         &kernel,
-                        &problem.params,
+                        &params,
                         &mut flush,
                         a.budget_ms,
                         a.warmup_ms,
@@ -1449,7 +1489,10 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                             (false, false) => "",
                         },
                         match placement {
-                            Some(n) => format!("  placement {n}, K at {:#x}", gpu.ptr(&problem.k)),
+                            Some(n) => format!(
+                                "  placement {n}: q {:#x} k {:#x} v {:#x} o {:#x}",
+                                params.q, params.k, params.v, params.o
+                            ),
                             None => String::new(),
                         }
                     );
