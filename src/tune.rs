@@ -394,8 +394,8 @@ pub fn tune_spec(
         .map(|k| records.iter().filter(|r| !measured(r, k)).count())
         .sum();
     counts.skipped = kernels.len() * records.len() - pending;
-    // Finals timings still to take. Keys not screened yet count one pass each (their
-    // passes follow from the screening); the rest are planned once it is done.
+    // Finals timings still to take: FINAL_PASSES per finalist, less those taken; keys
+    // whose finalists the screening changes are planned again once it is done.
     let finals_to_take = |r: &Record| -> usize {
         let passes_taken: usize = r.candidates.iter().map(|c| c.settled_passes().len()).sum();
         (FINALISTS.min(kernels.len().max(r.candidates.len())) * FINAL_PASSES)
@@ -474,7 +474,7 @@ pub fn tune_spec(
     }
 
     // Keys whose finals stand (every finalist carried with its finals) take none; the
-    // others may need more passes than planned before their screening was known.
+    // others may have more finalists than planned before their screening was known.
     let standing: Vec<bool> = records
         .iter()
         .zip(&carried_finals)
@@ -490,18 +490,17 @@ pub fn tune_spec(
             .sum(),
     );
 
-    // The finals: every key's finalists re-timed after settling, in passes (several on
-    // short keys), each timing written as it is taken, like the screening above. A
+    // The finals: every key's finalists re-timed after settling, in FINAL_PASSES passes,
+    // each on its own buffer set and written as it is taken, like the screening above. A
     // finalist short of its passes (never timed, or a timing failed) is timed on every
     // run until it has them; one whose timing fails sits out the rest of this run.
     for (n, record) in records.iter_mut().enumerate() {
         let key = Key::of(record);
         let chosen = finalists(record);
-        let passes = FINAL_PASSES;
         if standing[n] {
             let kept = &carried_finals[n];
             for &i in &chosen {
-                for &ms in kept[&record.candidates[i].kernel].iter().take(passes) {
+                for &ms in kept[&record.candidates[i].kernel].iter().take(FINAL_PASSES) {
                     record.candidates[i].push_settled_pass(ms);
                 }
             }
@@ -513,7 +512,7 @@ pub fn tune_spec(
         }
         let mut warm = false; // this key's first finals timing of the run warms up longer
         let mut failed: Vec<usize> = Vec::new();
-        for pass in 0..passes {
+        for pass in 0..FINAL_PASSES {
             for j in 0..chosen.len() {
                 let i = chosen[(j + pass) % chosen.len()];
                 if record.candidates[i].settled_passes().len() > pass || failed.contains(&i) {
@@ -566,12 +565,11 @@ pub fn tune_spec(
 /// that left the finalists' machine code alone leaves their side-by-side comparison
 /// valid; a new or changed kernel that screened among them has them all taken again.
 fn finals_stand(record: &Record, kept: &BTreeMap<String, Vec<f64>>) -> bool {
-    let passes = FINAL_PASSES;
     let chosen = finalists(record);
     !chosen.is_empty()
         && chosen.iter().all(|&i| {
             kept.get(&record.candidates[i].kernel)
-                .is_some_and(|p| p.len() >= passes)
+                .is_some_and(|p| p.len() >= FINAL_PASSES)
         })
 }
 
@@ -736,10 +734,9 @@ pub fn configs_to_time(
                 needed.push(config.clone());
             }
         }
-        let passes = FINAL_PASSES;
         for i in finalists(&record) {
             let c = &record.candidates[i];
-            if c.settled_passes().len() < passes && !needed.contains(&c.config) {
+            if c.settled_passes().len() < FINAL_PASSES && !needed.contains(&c.config) {
                 needed.push(c.config.clone());
             }
         }
