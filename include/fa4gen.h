@@ -94,6 +94,12 @@ typedef struct {
     uint32_t head_dim_v;
     uint32_t causal;       /* FlashAttention's causal (bottom-right aligned) */
     fa4gen_params params;
+    /* Optional: fa4gen_split_workspace_bytes(sm_count) bytes of device memory, 256-byte
+     * aligned, zeroed once when allocated (each launch leaves it so), used by one stream
+     * at a time; 0 for none. With it, unmasked persistent kernels on dense batches share
+     * their last tiles out by keys instead of leaving SMs idle. */
+    uint64_t split_workspace;
+    uint64_t split_workspace_bytes;
 } fa4gen_prefill_args;
 
 const char* fa4gen_version(void);
@@ -102,6 +108,7 @@ int fa4gen_cache_open(const char* dir, fa4gen_cache** out);
 void fa4gen_cache_close(fa4gen_cache* cache);
 int fa4gen_select(const fa4gen_cache* cache, const fa4gen_query* q, fa4gen_selection* out);
 uint32_t fa4gen_params_size(void);
+uint64_t fa4gen_split_workspace_bytes(uint32_t sm_count);
 /* Launch on `stream` (a CUstream; NULL: the legacy default stream), asynchronously. The
  * handle binds to the CUDA context current on the thread of its first prefill or preload;
  * each kernel's cubin is checked (hash, arch) and loaded on first use. */

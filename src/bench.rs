@@ -10,7 +10,7 @@ use cudarc::driver::CudaSlice;
 use fa4_spec::{Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::gpu::{driver, FwdKernel, Gpu, GpuError};
+use crate::gpu::{driver, FwdKernel, Gpu, GpuError, SplitWorkspace};
 use crate::problem::{attention_flops, Case};
 
 /// One cell of a benchmark grid.
@@ -309,22 +309,23 @@ pub fn time_kernel(
     gpu: &Gpu,
     kernel: &FwdKernel,
     params: &FwdParams,
+    split: Option<SplitWorkspace>,
     flush: &mut L2Flush,
     budget_ms: f64,
     warmup_ms: f64,
 ) -> Result<Vec<f64>, GpuError> {
     // Warm-up and a first estimate.
-    let first = gpu.time_ms(2, 3, || kernel.launch(gpu, params))?;
+    let first = gpu.time_ms(2, 3, || kernel.launch(gpu, params, split))?;
     let estimate = first[1].max(1e-3);
     let settle = (warmup_ms / estimate).ceil() as usize;
     if settle > 0 {
-        gpu.time_ms(settle.min(10_000), 0, || kernel.launch(gpu, params))?;
+        gpu.time_ms(settle.min(10_000), 0, || kernel.launch(gpu, params, split))?;
     }
     let runs = ((budget_ms / estimate) as usize).clamp(10, 200);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         flush.flush(gpu)?;
-        let t = gpu.time_ms(0, 1, || kernel.launch(gpu, params))?;
+        let t = gpu.time_ms(0, 1, || kernel.launch(gpu, params, split))?;
         times.push(t[0]);
     }
     times.sort_by(|a, b| a.total_cmp(b));
@@ -509,6 +510,7 @@ pub fn host_cost(gpu: &Gpu, cache_dir: &std::path::Path) -> Result<HostCost, Str
         head_dim_v: d as u32,
         causal: true,
         params,
+        split: None,
     };
     let stream = gpu.stream().cu_stream();
 

@@ -11,6 +11,7 @@ use std::path::Path;
 use cudarc::driver::sys::CUstream;
 use fa4_spec::{Arch, Dtype, Features, FwdParams, MaskKind};
 
+use crate::gpu::SplitWorkspace;
 use crate::runtime::{KernelCache, PrefillArgs, PrefillError, Query, Reason, Runtime};
 
 pub const FA4GEN_OK: i32 = 0;
@@ -40,6 +41,9 @@ pub struct Fa4genPrefillArgs {
     /// FlashAttention's `causal`.
     pub causal: u32,
     pub params: FwdParams,
+    /// A split workspace (`fa4gen_split_workspace_bytes`, zeroed when allocated), or 0.
+    pub split_workspace: u64,
+    pub split_workspace_bytes: u64,
 }
 
 /// The problem, as the dispatcher sees it. Mirrors `fa4gen_query` in `fa4gen.h`.
@@ -307,6 +311,14 @@ pub extern "C" fn fa4gen_params_size() -> u32 {
     std::mem::size_of::<FwdParams>() as u32
 }
 
+/// Bytes of a split workspace (`split_workspace` in `fa4gen_params`) that serves every
+/// kernel on a GPU of `sm_count` SMs. Allocate it once per stream, zeroed; each launch
+/// leaves it fit for the next.
+#[no_mangle]
+pub extern "C" fn fa4gen_split_workspace_bytes(sm_count: u32) -> u64 {
+    crate::gpu::max_split_workspace_bytes(sm_count)
+}
+
 /// Launches the kernel for `*args` on `stream` (a `CUstream`; null: the legacy default
 /// stream), asynchronously. On first use the handle binds to the CUDA context current on
 /// the calling thread; each kernel's cubin is checked and loaded on its first call.
@@ -341,6 +353,10 @@ pub unsafe extern "C" fn fa4gen_prefill(
             head_dim_v: a.head_dim_v,
             causal: a.causal != 0,
             params: a.params,
+            split: (a.split_workspace != 0).then_some(SplitWorkspace {
+                ptr: a.split_workspace,
+                bytes: a.split_workspace_bytes,
+            }),
         };
         // SAFETY: the pointers and the stream are the caller's, under this function's
         // contract.

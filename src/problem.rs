@@ -11,7 +11,7 @@ use cudarc::driver::CudaSlice;
 use fa4_spec::{fnv1a64, Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::gpu::{Gpu, GpuError};
+use crate::gpu::{max_split_workspace_bytes, Gpu, GpuError, SplitWorkspace};
 use crate::verify::Support;
 
 /// One problem shape.
@@ -201,6 +201,11 @@ pub struct Problem {
     pub o_ref: Option<CudaSlice<f32>>,
     _sinks: CudaSlice<f32>,
     _index_arrays: Vec<CudaSlice<i32>>,
+    /// The split tail's workspace, zeroed, for specs whose persistent kernels may split
+    /// (`gpu::split_tail`); every launch leaves its counters zero again.
+    pub split_workspace: Option<CudaSlice<u8>>,
+    /// The same, as launches take it.
+    pub split: Option<SplitWorkspace>,
     pub params: FwdParams,
     pub layout: OutputLayout,
 }
@@ -324,7 +329,20 @@ impl Problem {
             params.k_batch_stride = i64::from(case.page_size) * k_row;
             params.v_batch_stride = i64::from(case.page_size) * v_row;
         }
+        // Sized for any kernel of the device, so one problem serves every config.
+        let split_workspace = if spec.mask == MaskKind::None && !spec.features.sinks && !paged {
+            let bytes = max_split_workspace_bytes(gpu.info.sm_count);
+            Some(gpu.zeros::<u8>(bytes as usize)?)
+        } else {
+            None
+        };
+        let split = split_workspace.as_ref().map(|buf| SplitWorkspace {
+            ptr: gpu.ptr(buf),
+            bytes: buf.len() as u64,
+        });
         Ok(Problem {
+            split_workspace,
+            split,
             q,
             k,
             v,

@@ -69,13 +69,15 @@ pub const KEY_WARMUP_MS: f64 = 250.0;
 /// anywhere.
 pub const FINAL_PASSES: usize = 3;
 /// The standard verify cases every candidate passes before it is timed: odd lengths,
-/// more keys than queries, GQA, ragged varlen batches with empty sequences, prefixes.
+/// more keys than queries, GQA, ragged varlen batches with empty sequences, prefixes,
+/// and a grid whose unmasked persistent kernels split their last tiles by keys.
 pub const CHECK_CASES: &[&str] = &[
     "s17",
     "q77_k513",
     "gqa8to2_s257",
     "varlen_ragged",
     "varlen_prefix",
+    "split_q2200_k4100",
 ];
 
 /// How the tuner times, as recorded with every record.
@@ -953,6 +955,7 @@ impl Measurer for GpuMeasurer<'_> {
             self.gpu,
             kernel,
             &problem.params,
+            problem.split,
             &mut self.flush,
             TIME_BUDGET_MS,
             settle_ms, // the recorded policy (timing_policy): 0 screening, else the finals'

@@ -14,7 +14,9 @@ use serde::Serialize;
 
 use crate::compile::{BuildDir, BuiltKernel};
 use crate::fsutil::write_atomic;
-use crate::gpu::{driver, FwdKernel, Gpu, GpuError, ParamsArg};
+use crate::gpu::{
+    driver, launch_grid, split_tail, FwdKernel, Gpu, GpuError, ParamsArg, SPLIT_COUNTER_BYTES,
+};
 use crate::problem::Problem;
 pub use crate::problem::{attention_flops, Case};
 use crate::render::nvrtc_options;
@@ -43,7 +45,8 @@ pub const LSE_TOLERANCE: f64 = 1e-3;
 /// (a cached prefix, and more queries than keys, which leaves causal rows with nothing to
 /// see); a query without keys; GQA and MQA; a strided layout; varlen batches with empty
 /// sequences, ragged lengths and prefixes; a gpt-oss-20b layer (64 query heads on 8 KV
-/// heads, window 128) and a Llama-3-8B layer (32 on 8); Gemma-2's cap (50) and one past
+/// heads, window 128) and a Llama-3-8B layer (32 on 8); two shapes whose unmasked
+/// persistent grids split their last tiles by keys; Gemma-2's cap (50) and one past
 /// the 51.9 up to which soft-capped kernels may fix their exponent offset by the cap
 /// (`capoffset`; past it they take the max-offset path). Local-mask kernels see a
 /// different window in each (both sides, one side, none, and empty rows); paged kernels a
@@ -88,6 +91,15 @@ pub fn standard_cases() -> Vec<Case> {
             .window(40, 0)
             .page_size(16),
         Case::new("gqa8to2_s257", 1, 257, 257, 8, 2).window(-1, 0),
+        // More tiles than a persistent grid's blocks, the last round part-full, 4096 keys
+        // or more: unmasked persistent kernels split the tail by keys (a partial last key
+        // block in both; pack-GQA rows in the second).
+        Case::new("split_q2200_k4100", 1, 2200, 4100, 16, 16)
+            .window(300, 0)
+            .page_size(64),
+        Case::new("split_gqa4to1_q2600_k4400", 1, 2600, 4400, 8, 2)
+            .window(500, 20)
+            .page_size(16),
         Case {
             row_pad: 24,
             ..Case::new("mqa4to1_q200_k333_strided", 2, 200, 333, 4, 1)
@@ -142,6 +154,12 @@ pub struct CaseResult {
     pub lse_nan: u64,
     pub lse_inf_mismatch: u64,
     pub lse_guard_changed: u64,
+    /// Tiles of the launch's split tail (`gpu::split_tail`; 0: none), and the counters
+    /// of its workspace left non-zero after the run (each launch must clear them).
+    #[serde(default)]
+    pub split_tiles: i32,
+    #[serde(default)]
+    pub split_counters_left: u64,
     /// Median milliseconds, for timed cases.
     pub ms: Option<f64>,
     pub tflops: Option<f64>,
@@ -335,8 +353,25 @@ pub fn run_case(
     }
 
     // The kernel under test.
-    kernel.launch(gpu, &params)?;
+    kernel.launch(gpu, &params, problem.split)?;
     gpu.synchronize()?;
+    let split_tiles = launch_grid(spec.mask, &kernel.footprint, &params, gpu.info.sm_count)?
+        .map_or(0, |(blocks, _, _)| {
+            split_tail(&kernel.footprint, &params, blocks, problem.split)
+        });
+    let split_counters_left = match &problem.split_workspace {
+        Some(ws) => {
+            let n = SPLIT_COUNTER_BYTES as usize;
+            let bytes = stream
+                .clone_dtoh(&ws.slice(0..n))
+                .map_err(driver("cuMemcpyDtoH"))?;
+            bytes
+                .chunks(4)
+                .filter(|c| c.iter().any(|&b| b != 0))
+                .count() as u64
+        }
+        None => 0,
+    };
 
     // Compare.
     // SAFETY: compare_output's signature; buffers sized as above.
@@ -393,6 +428,8 @@ pub fn run_case(
         lse_nan: counts[2],
         lse_inf_mismatch: counts[3],
         lse_guard_changed: counts[4],
+        split_tiles,
+        split_counters_left,
         ms: None,
         tflops: None,
         passed: false,
@@ -402,7 +439,7 @@ pub fn run_case(
     result.passed = result.failure.is_none();
 
     if case.timed && result.passed {
-        let times = gpu.time_ms(3, 20, || kernel.launch(gpu, &params))?;
+        let times = gpu.time_ms(3, 20, || kernel.launch(gpu, &params, problem.split))?;
         let ms = times[times.len() / 2];
         let flops = attention_flops(&spec, case);
         result.ms = Some(ms);
@@ -428,6 +465,12 @@ fn judge(r: &CaseResult) -> Option<String> {
     }
     if r.lse_guard_changed > 0 {
         why.push(format!("{} cells outside LSE written", r.lse_guard_changed));
+    }
+    if r.split_counters_left > 0 {
+        why.push(format!(
+            "{} split-tail counters left non-zero (the next launch would merge wrongly)",
+            r.split_counters_left
+        ));
     }
     if r.o_rel_l2.is_nan() || r.o_rel_l2 > tol {
         why.push(format!(
@@ -478,6 +521,8 @@ mod tests {
             lse_nan: 0,
             lse_inf_mismatch: 0,
             lse_guard_changed: 0,
+            split_tiles: 0,
+            split_counters_left: 0,
             ms: None,
             tflops: None,
             passed: false,
@@ -507,6 +552,14 @@ mod tests {
             why.contains("3 cells outside O written") && why.contains("1 O cells NaN"),
             "{why}"
         );
+        // A split tail's counter left set would make the next launch merge wrongly.
+        let mut r = result(bf16);
+        r.split_tiles = 200;
+        assert_eq!(judge(&r), None);
+        r.split_counters_left = 2;
+        assert!(judge(&r)
+            .unwrap()
+            .contains("2 split-tail counters left non-zero"));
     }
 
     #[test]

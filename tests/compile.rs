@@ -181,6 +181,7 @@ fn spilling_configs_are_rejected_with_the_reason() {
             persistent_per_sm: 0,
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
+            split_head_dim_v: 0,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();

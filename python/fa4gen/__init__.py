@@ -37,9 +37,10 @@ _HERE = Path(__file__).resolve().parent
 # fa4gen_prefill_args: dtype, head_dim, head_dim_v, causal, then fa4gen_params (240
 # bytes): 5 pointers, 12 strides, batch/seqlen_q/seqlen_k/heads_q/heads_kv,
 # softmax_scale, scale_log2, window, softcap, sinks, cu_seqlens_q/k, seqused_k,
-# page_table, LSE strides, page_table_batch_stride, page_size.
-_ARGS = struct.Struct("<4I5Q12q5iffiif5Q2q2i")
-assert _ARGS.size == 16 + 240
+# page_table, LSE strides, page_table_batch_stride, page_size; then the split
+# workspace and its bytes.
+_ARGS = struct.Struct("<4I5Q12q5iffiif5Q2q2i2Q")
+assert _ARGS.size == 16 + 240 + 16
 
 
 class Fa4genError(RuntimeError):
@@ -88,12 +89,17 @@ def _library():
         lib.fa4gen_cache_close.restype = None
         lib.fa4gen_select.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Query), ctypes.POINTER(_Selection)]
         lib.fa4gen_params_size.restype = ctypes.c_uint32
+        if not hasattr(lib, "fa4gen_split_workspace_bytes"):  # fa4gen_prefill_args without the workspace
+            raise Fa4genError(ERR_INTERNAL, "libfa4_gen.so predates the split workspace this module passes: "
+                              "the library and the Python module come from different fa4-gen versions")
+        lib.fa4gen_split_workspace_bytes.argtypes = [ctypes.c_uint32]
+        lib.fa4gen_split_workspace_bytes.restype = ctypes.c_uint64
         lib.fa4gen_prefill.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         lib.fa4gen_preload.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
-        if lib.fa4gen_params_size() + 16 != _ARGS.size:
+        if lib.fa4gen_params_size() + 32 != _ARGS.size:
             raise Fa4genError(ERR_INTERNAL, "libfa4_gen.so's fa4gen_params is %d bytes, this module packs %d: "
                               "the library and the Python module come from different fa4-gen versions"
-                              % (lib.fa4gen_params_size(), _ARGS.size - 16))
+                              % (lib.fa4gen_params_size(), _ARGS.size - 32))
         _lib = lib
     return _lib
 
@@ -268,19 +274,42 @@ def _raw_stream(torch, index):
     return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
-def _launch(torch, device, cache, fields):
-    """Packs the arguments and launches on the current stream of `device`."""
-    packed = _ARGS.pack(*fields)
+# Split workspaces (fa4gen.h), one per (device, stream): zeroed once, and every launch
+# leaves them so; two streams never share one.
+_workspaces = {}
+
+
+def _split_workspace(torch, device, stream):
+    """(pointer, bytes) of the split workspace of `stream` on `device`."""
+    key = (device.index, stream)
+    ws = _workspaces.get(key)
+    if ws is None:
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        ws = torch.zeros(int(_library().fa4gen_split_workspace_bytes(sms)), dtype=torch.uint8, device=device)
+        _workspaces[key] = ws
+    return ws.data_ptr(), ws.numel()
+
+
+def _launch(torch, device, cache, fields, split=False):
+    """Packs the arguments and launches on the current stream of `device`; with `split`
+    (dense batches, whose unmasked kernels may split their tail) it brings the stream's
+    split workspace."""
+    def run():
+        stream = _raw_stream(torch, device.index)
+        ws = _split_workspace(torch, device, stream) if split else (0, 0)
+        packed = _ARGS.pack(*fields, *ws)
+        _cache_for(device, cache)._prefill(packed, stream)
+
     if torch.cuda.current_device() != device.index:
         with torch.cuda.device(device):
-            _cache_for(device, cache)._prefill(packed, _raw_stream(torch, device.index))
+            run()
         return
     if getattr(_thread, "device", None) != device.index:
         # Makes the device's primary context current on this thread (cudaSetDevice does
         # since CUDA 12), which the runtime binds to on its first launch.
         torch.cuda.set_device(device)
         _thread.device = device.index
-    _cache_for(device, cache)._prefill(packed, _raw_stream(torch, device.index))
+    run()
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -432,5 +461,5 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         batch, seqlen_q, seqlen_k, heads_q, heads_kv,
         scale, 0.0, left, right, cap, sinks_ptr,
         0, 0, 0, 0,
-        lse.stride(0), lse.stride(1), 0, 0))
+        lse.stride(0), lse.stride(1), 0, 0), split=not causal)
     return (out, lse) if return_lse else out

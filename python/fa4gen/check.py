@@ -258,6 +258,9 @@ def layer_cases(cache):
                      causal=True, cache=cache)
     yield run_varlen("llama-3-8b prefix over pages of 16", 128, bf, [(500, 1500), (1, 2047)], 32, 8, causal=True,
                      page_size=16, cache=cache)
+    # Unmasked, dense, over 4096 keys, 288 tiles of 128 rows: a persistent pick shares
+    # its last tiles out by keys through the stream's split workspace.
+    yield run_dense("dense split tail q2200/k4100", 128, bf, 1, 2200, 4100, 16, 16, cache=cache)
 
 
 def serving_cases(cache):

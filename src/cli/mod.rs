@@ -312,6 +312,10 @@ pub struct BenchArgs {
     /// the others staying where the first set put them [default: all four together].
     #[arg(long)]
     pub move_buffer: Option<String>,
+    /// Launch without a split workspace: unmasked persistent kernels then work their last
+    /// round whole instead of sharing its tiles out by keys (to measure what that buys).
+    #[arg(long)]
+    pub no_split_tail: bool,
 }
 
 /// A failure of a command, with its exit status.
@@ -1425,20 +1429,22 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             for placement in 0..a.placements {
                 // What the set's parameters point at lives as long as its timings.
                 let (mut _moved, mut _own) = (None, None);
-                let params = match (&shared, moved) {
+                let (params, split) = match (&shared, moved) {
                     (Some(problem), Some(buffer)) if placement > 0 => {
                         let m =
                             crate::bench::move_buffer(&gpu, problem, buffer, placement as usize)?;
-                        _moved.insert(m).params
+                        (_moved.insert(m).params, problem.split)
                     }
-                    (Some(problem), _) => problem.params,
+                    (Some(problem), _) => (problem.params, problem.split),
                     (None, _) => {
                         let spacer = crate::bench::placement_spacer(&gpu, placement as usize)?;
                         let problem =
                             crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
-                        _own.insert((spacer, problem)).1.params
+                        let problem = &_own.insert((spacer, problem)).1;
+                        (problem.params, problem.split)
                     }
                 };
+                let split = split.filter(|_| !a.no_split_tail);
                 let placement = (a.placements > 1).then_some(placement);
                 for (built, cubin) in &cell_kernels {
                     let base = match built.candidate.template {
@@ -1451,6 +1457,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                         &gpu,
                         &kernel,
                         &params,
+                        split,
                         &mut flush,
                         a.budget_ms,
                         a.warmup_ms,

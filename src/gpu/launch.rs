@@ -319,6 +319,98 @@ pub fn launch_grid(
     Ok(Some((grid_x as u32, heads, params.batch as u32)))
 }
 
+/// The counters at the head of a split workspace (`split.cuh`): one per (block,
+/// consumer) of any grid, in the same place for every kernel, zero when the workspace is
+/// first handed over and after every launch.
+pub const SPLIT_COUNTER_BYTES: u64 = 4096;
+
+/// Bytes of the split tail's workspace (`split.cuh`) for a grid of `blocks` blocks of
+/// `block_m` rows (a consumer per 64) and `head_dim_v` O columns: the counters, then per
+/// (block, piece, consumer) its 64 rows of O in f32 and their LSE.
+pub fn split_workspace_bytes(blocks: u32, block_m: u32, head_dim_v: u32) -> u64 {
+    let consumers = u64::from(block_m / 64);
+    SPLIT_COUNTER_BYTES
+        + u64::from(blocks) * 2 * consumers * 128 * (u64::from(head_dim_v) / 2 + 2) * 4
+}
+
+/// A split workspace that serves every kernel on a device of `sm_count` SMs: persistent
+/// grids of one block of up to 192 rows per SM (two per SM only with 64 rows), O up to
+/// 256 columns. 52.7 MB on 132 SMs.
+pub fn max_split_workspace_bytes(sm_count: u32) -> u64 {
+    split_workspace_bytes(sm_count, 192, 256)
+}
+
+/// The work tiles of a launch: m-blocks x (head, sequence) pairs (`launch_grid`).
+fn work_tiles(footprint: &Footprint, params: &FwdParams) -> u64 {
+    let group = (params.heads_q / params.heads_kv.max(1)).max(1) as u64;
+    let (rows, heads) = if footprint.pack_gqa {
+        (params.seqlen_q.max(0) as u64 * group, params.heads_kv)
+    } else {
+        (params.seqlen_q.max(0) as u64, params.heads_q)
+    };
+    rows.div_ceil(u64::from(footprint.block_m.max(1)))
+        * heads.max(0) as u64
+        * params.batch.max(0) as u64
+}
+
+/// The fewest keys a split tail is worth (`split_tail`).
+pub const SPLIT_MIN_KEYS: i32 = 4096;
+
+/// A split workspace a caller hands a launch: device memory of `bytes` bytes (at least
+/// `split_workspace_bytes` for the kernel's grid, `max_split_workspace_bytes` for any),
+/// 256-byte aligned, its first `SPLIT_COUNTER_BYTES` zero when first handed over. Every
+/// launch leaves them zero; two launches must not use one at the same time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SplitWorkspace {
+    pub ptr: u64,
+    pub bytes: u64,
+}
+
+/// The tiles whose keys an unmasked persistent grid of `blocks` blocks shares out
+/// (`schedule.cuh`'s SplitTail: the last round's and one round's more), or 0 for none.
+/// A split takes a kernel built for it, a workspace as large as
+/// `split_workspace_bytes`, a dense batch (no cu_seqlens or seqused_k: every tile sees
+/// the same keys), more tiles than blocks, and a last round that would leave at least
+/// an eighth of the blocks idle (one idle block in 132 does not pay for the merges).
+///
+/// And where it paid on the H200 (bench/NOTES.md): O of up to 128 columns and at least
+/// `SPLIT_MIN_KEYS` keys. Every persistent tile of the FA3 grid split against not split,
+/// twice: d64 and d128 1.006 to 1.016x from 4096 keys, 0.97 to 0.98x at 512 (a tile of
+/// four key blocks cut in pieces pays a merge for little), d256 0.91x at 512 and 0.99 to
+/// 1.01x at 8k and 16k.
+pub fn split_tail(
+    footprint: &Footprint,
+    params: &FwdParams,
+    blocks: u32,
+    workspace: Option<SplitWorkspace>,
+) -> i32 {
+    let dense = params.cu_seqlens_q == 0 && params.cu_seqlens_k == 0 && params.seqused_k == 0;
+    let Some(ws) = workspace else { return 0 };
+    if footprint.split_head_dim_v == 0
+        || footprint.split_head_dim_v > 128
+        || params.seqlen_k < SPLIT_MIN_KEYS
+        || footprint.persistent_per_sm == 0
+        || ws.ptr == 0
+        || ws.ptr % 256 != 0
+        || !dense
+        || params.seqlen_k <= 0
+        || blocks == 0
+    {
+        return 0;
+    }
+    let need = split_workspace_bytes(blocks, footprint.block_m, footprint.split_head_dim_v);
+    let counters = u64::from(blocks) * u64::from(footprint.block_m / 64) * 4;
+    if ws.bytes < need || counters > SPLIT_COUNTER_BYTES {
+        return 0;
+    }
+    let (tiles, blocks) = (work_tiles(footprint, params), u64::from(blocks));
+    let last = tiles % blocks;
+    if tiles <= blocks || last == 0 || 8 * (blocks - last) < blocks {
+        return 0;
+    }
+    (blocks + last) as i32
+}
+
 /// The K/V a section of causal pairs may keep in L2: two thirds of the H100's and H200's
 /// 50 MB, leaving room for Q, O and the K/V of the section before.
 const SECTION_L2_BYTES: u64 = 32 << 20;
@@ -390,8 +482,14 @@ impl FwdKernel {
         })
     }
 
-    /// Checks the problem, then launches on the GPU's stream (asynchronously).
-    pub fn launch(&self, gpu: &Gpu, params: &FwdParams) -> Result<(), GpuError> {
+    /// Checks the problem, then launches on the GPU's stream (asynchronously); with a
+    /// split workspace, an unmasked persistent kernel may share out its last tiles.
+    pub fn launch(
+        &self,
+        gpu: &Gpu,
+        params: &FwdParams,
+        split: Option<SplitWorkspace>,
+    ) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
         let Some(grid_dim) =
             launch_grid(self.spec.mask, &self.footprint, params, gpu.info.sm_count)?
@@ -407,10 +505,13 @@ impl FwdKernel {
         let (tma_arg, plain_arg);
         let mut launch = gpu.stream().launch_builder(&self.func);
         if self.footprint.tma_rows > 0 {
-            tma_arg = TmaParamsArg(
-                TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows)
-                    .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?,
-            );
+            let mut arg = TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows)
+                .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?;
+            arg.split_tail = split_tail(&self.footprint, params, grid_dim.0, split);
+            if arg.split_tail > 0 {
+                arg.split_workspace = split.map_or(0, |w| w.ptr);
+            }
+            tma_arg = TmaParamsArg(arg);
             launch.arg(&tma_arg);
         } else {
             plain_arg = ParamsArg(*params);
@@ -717,6 +818,7 @@ mod tests {
             persistent_per_sm: 0,
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
+            split_head_dim_v: 0,
         }
     }
 
@@ -866,6 +968,7 @@ mod tests {
             persistent_per_sm: 0,
             section_key_bytes: 2 * (128 + 128),
             causal_m_blocks_in_y: false,
+            split_head_dim_v: 0,
         }
     }
 
@@ -930,6 +1033,7 @@ mod tests {
         let plain = Footprint {
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
+            split_head_dim_v: 0,
             ..fp
         };
         assert_eq!(
@@ -942,6 +1046,7 @@ mod tests {
     fn causal_grids_with_m_blocks_in_y_cover_every_tile_once_heaviest_first() {
         let fp = Footprint {
             causal_m_blocks_in_y: true,
+            split_head_dim_v: 0,
             ..plain_footprint(64)
         };
         for (seqlen, heads_q, batch) in [(512, 8, 32), (4096, 16, 4), (1000, 7, 3), (100, 1, 1)] {
@@ -983,6 +1088,7 @@ mod tests {
         let packed = Footprint {
             pack_gqa: true,
             causal_m_blocks_in_y: false,
+            split_head_dim_v: 0,
             ..fp
         };
         assert_eq!(
@@ -1066,5 +1172,94 @@ mod tests {
             ..good()
         };
         assert_eq!(check_problem(&p), Ok(()));
+    }
+
+    #[test]
+    fn the_split_tail_takes_long_dense_unmasked_grids_with_idle_blocks_in_the_last_round() {
+        // d128, 128-row persistent tiles, one block per SM: the FA3 grid's 16 heads at 16k
+        // tokens are 2048 tiles, 15 whole rounds of 132 and 68 over.
+        let fp = Footprint {
+            threads: 384,
+            block_m: 128,
+            smem_bytes: 0,
+            est_registers: 168,
+            pack_gqa: false,
+            tma_rows: 128,
+            persistent_per_sm: 1,
+            section_key_bytes: 0,
+            causal_m_blocks_in_y: false,
+            split_head_dim_v: 128,
+        };
+        let p = FwdParams {
+            batch: 1,
+            seqlen_q: 16384,
+            seqlen_k: 16384,
+            heads_q: 16,
+            heads_kv: 16,
+            ..good()
+        };
+        let need = split_workspace_bytes(132, 128, 128);
+        // counters, then 132 slots x 2 pieces x 2 consumers x 128 threads x (64 + 2) floats
+        assert_eq!(need, 4096 + 132 * 2 * 2 * 128 * 66 * 4);
+        assert!(need <= max_split_workspace_bytes(132));
+        let full = SplitWorkspace {
+            ptr: 0x10_0000,
+            bytes: need,
+        };
+        let ws = Some(full);
+        // The last round's 68 tiles and one round more.
+        assert_eq!(split_tail(&fp, &p, 132, ws), 132 + 68);
+        // Not without a workspace, nor with one too small or misaligned.
+        assert_eq!(split_tail(&fp, &p, 132, None), 0);
+        let small = SplitWorkspace {
+            bytes: need - 1,
+            ..full
+        };
+        assert_eq!(split_tail(&fp, &p, 132, Some(small)), 0);
+        let odd = SplitWorkspace {
+            ptr: 0x10_0010,
+            ..full
+        };
+        assert_eq!(split_tail(&fp, &p, 132, Some(odd)), 0);
+        // Not for kernels built without it, nor O wider than 128 columns.
+        for split_head_dim_v in [0, 256] {
+            let other = Footprint {
+                split_head_dim_v,
+                ..fp
+            };
+            assert_eq!(split_tail(&other, &p, 132, ws), 0);
+        }
+        // Not for varlen batches, whose tiles see different keys.
+        let varlen = FwdParams {
+            cu_seqlens_q: 0x8000,
+            ..p
+        };
+        assert_eq!(split_tail(&fp, &varlen, 132, ws), 0);
+        // Not under SPLIT_MIN_KEYS keys.
+        let short = FwdParams {
+            seqlen_k: SPLIT_MIN_KEYS - 1,
+            ..p
+        };
+        assert_eq!(split_tail(&fp, &short, 132, ws), 0);
+        // Not when the rounds come out even (2112 tiles), nor when fewer than an eighth
+        // of the blocks would idle (2048 tiles over 137 blocks: 130 in the last round).
+        let even = FwdParams {
+            heads_q: 33,
+            heads_kv: 33,
+            ..p
+        };
+        assert_eq!(split_tail(&fp, &even, 132, ws), 0);
+        let big = SplitWorkspace {
+            bytes: max_split_workspace_bytes(137),
+            ..full
+        };
+        assert_eq!(split_tail(&fp, &p, 137, Some(big)), 0);
+        // Nor with no more tiles than blocks.
+        let few = FwdParams {
+            heads_q: 1,
+            heads_kv: 1,
+            ..p
+        };
+        assert_eq!(split_tail(&fp, &few, 132, ws), 0);
     }
 }

@@ -21,7 +21,10 @@ use cudarc::driver::{
 use fa4_spec::Arch;
 
 pub(crate) use launch::ParamsArg;
-pub use launch::{check_problem, check_problem_for, launch_grid, FwdKernel, ProblemError};
+pub use launch::{
+    check_problem, check_problem_for, launch_grid, max_split_workspace_bytes, split_tail,
+    split_workspace_bytes, FwdKernel, ProblemError, SplitWorkspace, SPLIT_COUNTER_BYTES,
+};
 pub use tma::TmaFwdParams;
 
 #[derive(Debug, thiserror::Error)]
@@ -143,6 +146,16 @@ impl Gpu {
     pub fn alloc<T: DeviceRepr>(&self, len: usize) -> Result<CudaSlice<T>, GpuError> {
         // SAFETY: every caller fills the buffer before reading it.
         unsafe { self.stream.alloc::<T>(len.max(1)) }.map_err(driver("cuMemAlloc"))
+    }
+
+    /// A device buffer of `len` elements, zeroed.
+    pub fn zeros<T: DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<T>, GpuError> {
+        self.stream
+            .alloc_zeros::<T>(len.max(1))
+            .map_err(driver("cuMemAlloc"))
     }
 
     /// Device address of a buffer.

@@ -13,7 +13,11 @@ use fa4_spec::{Dtype, FwdParams, KernelSpec};
 #[derive(Debug, Clone, Copy)]
 pub struct TmaFwdParams {
     pub fwd: FwdParams,
-    _pad: [u8; 16],
+    /// The split tail (`tma.cuh`'s SplitArgs, in what was padding before the maps): the
+    /// workspace and the tiles whose keys the blocks share, 0 for none (`split_tail`).
+    pub split_workspace: u64,
+    pub split_tail: i32,
+    split_reserved: i32,
     pub q_map: [u64; 16],
     pub k_map: [u64; 16],
     pub v_map: [u64; 16],
@@ -94,7 +98,9 @@ impl TmaFwdParams {
         );
         Ok(TmaFwdParams {
             fwd: *params,
-            _pad: [0; 16],
+            split_workspace: 0,
+            split_tail: 0,
+            split_reserved: 0,
             q_map: encode_map(spec.dtype, &q, dims_q, Q_BOX_ROWS)?,
             k_map: encode_map(spec.dtype, &k, dims_kv, box_rows)?,
             v_map: encode_map(spec.dtype, &v, dims_kv, box_rows)?,

@@ -19,7 +19,10 @@ use cudarc::driver::sys::{
 use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
 
 use super::{KernelCache, Query, Reason, SelectError};
-use crate::gpu::{check_problem_for, driver_message, launch_grid, ProblemError, TmaFwdParams};
+use crate::gpu::{
+    check_problem_for, driver_message, launch_grid, split_tail, ProblemError, SplitWorkspace,
+    TmaFwdParams,
+};
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +38,9 @@ pub struct PrefillArgs {
     /// device pointer or 0, softcap 0 for none, page_table 0 for dense K/V; the mask and
     /// the features follow from them. `scale_log2` is derived from `softmax_scale`.
     pub params: FwdParams,
+    /// A split workspace (`gpu::SplitWorkspace`), or None: with one, an unmasked
+    /// persistent kernel on a dense batch shares out its last tiles by keys.
+    pub split: Option<SplitWorkspace>,
 }
 
 /// The mask FlashAttention's `(causal, window_size)` stands for, with the window it
@@ -410,6 +416,7 @@ impl Runtime {
         stream: CUstream,
     ) -> Result<Launched<'_>, PrefillError> {
         let device = self.device()?;
+        let args_split = args.split;
         let (query, params) = args.resolve(device.arch);
         let selected = self.cache.select(&query)?;
         check_problem_for(&selected.kernel.spec, &params)?;
@@ -436,6 +443,10 @@ impl Runtime {
         if fp.tma_rows > 0 {
             tma_arg = TmaFwdParams::encode(&selected.kernel.spec, &params, fp.tma_rows)
                 .map_err(|e| driver_failure("cuTensorMapEncodeTiled", e))?;
+            tma_arg.split_tail = split_tail(fp, &params, gx, args_split);
+            if tma_arg.split_tail > 0 {
+                tma_arg.split_workspace = args_split.map_or(0, |w| w.ptr);
+            }
             args = [(&mut tma_arg as *mut TmaFwdParams).cast::<c_void>()];
         }
         // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value,
@@ -524,6 +535,7 @@ mod tests {
                 softcap: 0.0,
                 ..FwdParams::default()
             },
+            split: None,
         };
         let (q, p) = args.resolve(Arch::Sm90);
         assert_eq!(
@@ -634,6 +646,7 @@ mod tests {
             head_dim_v: 128,
             causal: true,
             params: FwdParams::default(),
+            split: None,
         };
         // SAFETY: no driver: the call fails before anything is launched.
         let e = unsafe { runtime.prefill(&args, std::ptr::null_mut()) }.unwrap_err();

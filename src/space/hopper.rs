@@ -236,6 +236,13 @@ fn persistent(c: &TileConfig) -> bool {
     warp_specialized(c) && c.switch(PERSISTENT, 0) == 1
 }
 
+/// Unmasked persistent kernels may split their last tiles by keys (traits.cuh's
+/// kSplitTail, `gpu::split_tail`): not with sinks, which join one denominator, nor with
+/// paged K/V.
+fn splits_tail(spec: &KernelSpec, c: &TileConfig) -> bool {
+    persistent(c) && spec.mask == MaskKind::None && !spec.features.sinks && !spec.features.paged_kv
+}
+
 /// Slots for O beside Q on a persistent grid, so the producer loads the next tile's Q
 /// while the consumers finish this one (with none, O is staged in the Q slot and the
 /// next Q waits for O's store out of it): one per consumer where shared memory allows,
@@ -308,7 +315,13 @@ fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u
         let shared_o = o_slots == 1 && consumers(c) > 1;
         // (+ the word that ties a turn at the MUFU to the exponentials)
         let mufu_turn = if c.switch(MUFU_TURNS, 0) == 1 { 8 } else { 0 };
-        32 * c.stages + 16 * (c.block_m / 64) * q_buffers + if shared_o { 8 } else { 0 } + mufu_turn
+        // (+ the block's share of a split tail)
+        let split = if splits_tail(spec, c) { 56 } else { 0 };
+        32 * c.stages
+            + 16 * (c.block_m / 64) * q_buffers
+            + if shared_o { 8 } else { 0 }
+            + mufu_turn
+            + split
     } else {
         16
     };
@@ -472,6 +485,11 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             0
         },
         causal_m_blocks_in_y: false,
+        split_head_dim_v: if splits_tail(spec, c) {
+            spec.head_dim_v
+        } else {
+            0
+        },
     })
 }
 

@@ -198,6 +198,11 @@ pub struct Footprint {
     /// a sequence takes its heaviest m-block first. false for `m-blocks x heads x batch`.
     #[serde(default)]
     pub causal_m_blocks_in_y: bool,
+    /// Unmasked persistent kernels that share out their last rounds' tiles by keys when
+    /// the launch brings a workspace (`gpu::split_tail`, `schedule.cuh`): the O columns
+    /// (head_dim_v) a piece leaves there; 0 for kernels that never split.
+    #[serde(default)]
+    pub split_head_dim_v: u32,
 }
 
 /// Why a config was set aside.

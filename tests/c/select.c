@@ -33,7 +33,9 @@ int main(int argc, char** argv) {
     /* The params struct is the library's, byte for byte. */
     int layout = sizeof(fa4gen_params) == fa4gen_params_size() && offsetof(fa4gen_params, sinks) == 176 &&
                  offsetof(fa4gen_params, lse_batch_stride) == 216 && offsetof(fa4gen_params, page_size) == 236 &&
-                 offsetof(fa4gen_prefill_args, params) == 16;
+                 offsetof(fa4gen_prefill_args, params) == 16 &&
+                 offsetof(fa4gen_prefill_args, split_workspace) == 256 && sizeof(fa4gen_prefill_args) == 272 &&
+                 fa4gen_split_workspace_bytes(132) > 0;
     printf("params layout: %s\n", layout ? "ok" : "MISMATCH");
     fa4gen_prefill_args a;
     memset(&a, 0, sizeof a);

@@ -38,6 +38,7 @@
 #include "fa4/hopper/load.cuh"
 #include "fa4/hopper/pipeline.cuh"
 #include "fa4/hopper/schedule.cuh"
+#include "fa4/hopper/split.cuh"
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
@@ -82,8 +83,12 @@ struct TmaMaps {
     const TensorMap* o;
 };
 
+// `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
+// parameters like `params`, read where used: taken by value or by pointer, they held
+// registers through the key loop, which spilled at d256 and d128 over 176 keys.
 template <class Config>
-__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps) {
+__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps,
+                                                         const SplitArgs& split) {
     using T = Traits<Config>;
     constexpr bool kBf16 = T::kIsBf16;
     constexpr int kNTiles = T::kNTiles;
@@ -118,6 +123,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     };
     const u32 o_free = bars + 8 * (4 * kStages + 2 * kConsumers * kQBuffers);
     const u32 turn_word = o_free + (kSharedO ? 8 : 0);  // MufuTurn's zero
+    // The block's share of a split tail (schedule.cuh), written once at the start.
+    const SplitItems split_items{turn_word + (T::kMufuTurns ? 8 : 0)};
 
     // ---- the work tiles: one block's rows of one head of one sequence --------------------
     // A grid of one block per tile takes its tile from schedule.cuh's launch order. A
@@ -132,7 +139,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const int m_blocks = T::kPersistent ? ceil_div(params.seqlen_q * kGroup, T::kBlockM) : 1;
     const int pairs = heads_grid * params.batch;
     const int tiles = T::kPersistent ? m_blocks * pairs : 1;
-    const int rounds = T::kPersistent ? ceil_div(tiles, gridDim.x) : 1;
+    // (An unmasked persistent grid whose host asked for a split tail ends with its
+    // share of the tail: set below, once the share is in shared memory.)
+    int rounds = T::kPersistent ? ceil_div(tiles, gridDim.x) : 1;
     const int section_pairs = T::kPersistent && T::kMask == MaskKind::Causal ? ceil_div(2 * gridDim.x, imax(m_blocks, 1)) : 1;
     struct Work {
         SeqView seq;
@@ -141,21 +150,41 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         bool first_by_copy;  // the first K/V tile runs past the keys: cp.async, zero-filled
     };
     // Where round `round` puts this block; m_block < 0 past the last tile.
+    using Coords = typename CoordsOf<T::kSplitTail>::type;
+    auto coords = [](const TileCoords& tile) {
+        Coords c;
+        static_cast<TileCoords&>(c) = tile;
+        if constexpr (T::kSplitTail) c.key_begin = 0, c.key_end = -1;
+        return c;
+    };
     auto coords_at = [&](int round) {
         if constexpr (!T::kPersistent) {
-            return grid_tile<T>(params);
+            return coords(grid_tile<T>(params));
         } else {
+            if constexpr (T::kSplitTail) {
+                // The tail's rounds: this block's share, not the round's snake.
+                if (split.tail > 0 && round >= split_items.whole_rounds()) {
+                    if (round >= rounds) return coords(TileCoords{0, 0, -1});
+                    TailItem item;
+                    const int tile = split_items.item(round - split_items.whole_rounds(), item);
+                    const int pair = tile / m_blocks;
+                    Coords c = coords(TileCoords{pair / heads_grid, pair % heads_grid, tile % m_blocks});
+                    c.key_begin = item.key_begin;
+                    c.key_end = item.key_end;
+                    return c;
+                }
+            }
             const int t = round * gridDim.x + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-            if (t >= tiles) return TileCoords{0, 0, -1};  // the last round's blocks past the last tile
+            if (t >= tiles) return coords(TileCoords{0, 0, -1});  // the last round's blocks past the last tile
             if constexpr (T::kMask == MaskKind::Causal) {
-                return causal_tile(t, m_blocks, pairs, section_pairs, heads_grid);
+                return coords(causal_tile(t, m_blocks, pairs, section_pairs, heads_grid));
             } else {
                 const int pair = t / m_blocks;
-                return TileCoords{pair / heads_grid, pair % heads_grid, t % m_blocks};
+                return coords(TileCoords{pair / heads_grid, pair % heads_grid, t % m_blocks});
             }
         }
     };
-    auto work_from = [&](const TileCoords& at) {
+    auto work_from = [&](const Coords& at) {
         Work w;
         if (T::kPersistent && at.m_block < 0) {
             w.rows = w.row_begin = 0;
@@ -173,6 +202,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         const Mask<T::kMask> mask{w.seq.seqlen_q, w.seq.seqlen_k, params.window_left, params.window_right};
         w.n_end = mask.n_block_end(w.query_first, w.query_last + 1, T::kBlockN);
         w.n_tiles = imax(0, w.n_end - mask.n_block_begin(w.query_first, T::kBlockN));
+        if constexpr (T::kSplitTail) {
+            if (at.key_end >= 0) {  // a piece of a split tile: its key blocks alone
+                w.n_end = at.key_end;
+                w.n_tiles = at.key_end - at.key_begin;
+            }
+        }
         w.first_by_copy = !T::kTma || (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
         return w;
     };
@@ -209,9 +244,20 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         }
         if constexpr (kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
         if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(turn_word) : "memory");
+        if constexpr (T::kSplitTail) {
+            if (split.tail > 0) {
+                const int key_blocks = ceil_div(params.seqlen_k, T::kBlockN);
+                split_items.write(SplitTail{tiles - split.tail, key_blocks,
+                                            i64(split.tail) * key_blocks, int(gridDim.x)},
+                                  blockIdx.x);
+            }
+        }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    if constexpr (T::kSplitTail) {
+        if (split.tail > 0) rounds = split_items.whole_rounds() + split_items.count();
+    }
 
     const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
     const int tid = threadIdx.x % 128;  // within the warpgroup
@@ -382,7 +428,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // A shared O slot goes round the consumers in turn (0, 1, 0, ..): a consumer's n-th
     // epilogue waits for the other's last store to have read the slot, which arrives
     // once it has.
-    TileCoords next_at = T::kPersistent ? coords_at(0) : TileCoords{};
+    Coords next_at = T::kPersistent ? coords_at(0) : Coords{};
     for (int round = 0; round < rounds; ++round) {
         const Work w = T::kPersistent ? work_from(next_at) : first_work;
         if (!has_rows(w)) {
@@ -631,26 +677,46 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             if (T::kTma && tid == 0) tma_store_wait_read();
             named_barrier_sync(1 + consumer, 128);
         }
-        stage_o<kBf16, LayoutO>(o_stage, o_acc, o_norm, warp * T::kRowsPerWarp, rows_at);
-        store_lse(params, seq.lse_offset, head, rows_at, rows, lse);
-        const bool o_by_tma = q_by_tma(rows - wg_row_begin);
-        if (o_by_tma) fence_proxy_async();  // the staged O (generic proxy) before the TMA store reads it
-        named_barrier_sync(1 + consumer, 128);
-        if (o_by_tma) {
-            if (tid == 0) {
-                tma_store_tile<T::kHeadDimV, 64>(smem_u32(o_stage), maps.o, q_map_row(w) + wg_row_begin, head,
-                                                 q_map_batch(w));
+        // A piece of a split tile leaves its O and LSE in the workspace; the second piece
+        // to finish merges the first's and writes the tile's O and LSE (split.cuh). Its
+        // slot comes from shared memory: carried through the key loop in registers, it
+        // spilled at d256 and cost other tiles uniform-register moves there.
+        bool writes_o = true;
+        if constexpr (T::kSplitTail) {
+            if (split.tail > 0 && round >= split_items.whole_rounds()) {
+                TailItem item;
+                split_items.item(round - split_items.whole_rounds(), item);
+                if (item.slot > 0) {
+                    const SplitWorkspace<kOTiles, kConsumers> ws{static_cast<char*>(split.workspace)};
+                    writes_o = split_meet<kOTiles>(o_acc, o_norm, lse, ws.entry(item.slot, item.piece, consumer),
+                                                   ws.entry(item.slot, 1 - item.piece, consumer),
+                                                   ws.counter(item.slot, consumer), smem_u32(o_stage), tid,
+                                                   1 + consumer);
+                }
             }
-        } else {
-            u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;
-            store_rows<64, LayoutO, 128>(
-                [&](int r) {
-                    const int row = wg_row_begin + r;
-                    return T::kPackGqa
-                               ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride
-                               : o_gmem + i64(row) * params.o_row_stride;
-                },
-                o_stage, rows - wg_row_begin, tid);
+        }
+        if (writes_o) {
+            stage_o<kBf16, LayoutO>(o_stage, o_acc, o_norm, warp * T::kRowsPerWarp, rows_at);
+            store_lse(params, seq.lse_offset, head, rows_at, rows, lse);
+            const bool o_by_tma = q_by_tma(rows - wg_row_begin);
+            if (o_by_tma) fence_proxy_async();  // the staged O (generic proxy) before the TMA store reads it
+            named_barrier_sync(1 + consumer, 128);
+            if (o_by_tma) {
+                if (tid == 0) {
+                    tma_store_tile<T::kHeadDimV, 64>(smem_u32(o_stage), maps.o, q_map_row(w) + wg_row_begin, head,
+                                                     q_map_batch(w));
+                }
+            } else {
+                u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;
+                store_rows<64, LayoutO, 128>(
+                    [&](int r) {
+                        const int row = wg_row_begin + r;
+                        return T::kPackGqa
+                                   ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride
+                                   : o_gmem + i64(row) * params.o_row_stride;
+                    },
+                    o_stage, rows - wg_row_begin, tid);
+            }
         }
         if constexpr (kSharedO) {
             // Free once every thread has read its rows (store_rows) and the TMA store its

@@ -7,6 +7,14 @@
 namespace fa4 {
 namespace hopper {
 
+// The split tail of an unmasked persistent grid (schedule.cuh): the caller's workspace
+// (split.cuh) and the tiles whose keys the blocks share (0: none), set by the launcher.
+struct SplitArgs {
+    void* workspace;
+    int tail;
+    int reserved;
+};
+
 // An encoded CUtensorMap (opaque to the kernel).
 struct alignas(64) TensorMap {
     u64 opaque[16];
@@ -18,12 +26,13 @@ struct alignas(64) TensorMap {
 // rows (K, V). Mirrored by `fa4_gen::gpu::TmaFwdParams` (Rust).
 struct TmaFwdParams {
     FwdParams fwd;
+    SplitArgs split;  // in what was padding before the maps: their offsets stay
     TensorMap q_map;
     TensorMap k_map;
     TensorMap v_map;
     TensorMap o_map;
 };
-static_assert(sizeof(FwdParams) <= 256 && sizeof(TmaFwdParams) == 768, "TmaFwdParams must match the host's layout");
+static_assert(sizeof(FwdParams) == 240 && sizeof(SplitArgs) == 16 && sizeof(TmaFwdParams) == 768, "TmaFwdParams must match the host's layout");
 
 __device__ __forceinline__ void tma_prefetch(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");

@@ -57,6 +57,12 @@ struct Traits {
     static constexpr bool kSoftcap = Config::kSoftcap;
     static constexpr bool kPaged = Config::kPaged;
     static constexpr bool kPackGqa = Config::kPackGqa;
+    // An unmasked persistent grid may split its last tiles by keys (schedule.cuh's
+    // SplitTail) when the host hands it a workspace (with the tensor maps): not with
+    // sinks (they join one denominator) or paged K/V. space/hopper.rs says the same.
+    static constexpr bool kSplitTail =
+        kPersistent && kWarpSpecialized && kTma && kMask == MaskKind::None && !kSinks && !kPaged;
+    static constexpr int kSplitTailBytes = kSplitTail ? 56 : 0;  // the block's share (schedule.cuh)
 
     static constexpr int kBlockM = 64 * kWarpgroups;
     static constexpr int kWarps = 4 * (kWarpgroups + (kWarpSpecialized ? 1 : 0));
@@ -88,7 +94,7 @@ struct Traits {
     // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
     static constexpr int kSmemBytes =
         kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers + (kSharedO ? 8 : 0) +
-                                                  (kMufuTurns ? 8 : 0)
+                                                  (kMufuTurns ? 8 : 0) + kSplitTailBytes
                                             : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
