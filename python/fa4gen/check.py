@@ -333,6 +333,23 @@ def expect_error(name, fn, kind, words):
     return {"case": "error: " + name, "message": "no error", "pass": False}
 
 
+def small_workspace_call(q):
+    """A dense unmasked call (it brings the stream's split workspace) with that workspace
+    swapped for one too small: the launch must refuse it, whatever the shape."""
+    stream = fa4gen._raw_stream(torch, q.device.index)
+    key = (q.device.index, stream)
+    own = fa4gen._workspaces.get(key)
+    fa4gen._workspaces[key] = torch.zeros(4096, dtype=torch.uint8, device=q.device)
+    try:
+        x = q.view(1, 64, 8, 128)
+        return fa4gen.flash_attn_func(x, x, x)
+    finally:
+        if own is None:
+            del fa4gen._workspaces[key]
+        else:
+            fa4gen._workspaces[key] = own
+
+
 def error_cases(cache_dir):
     bf = torch.bfloat16
     q = randn(64, 8, 128, dtype=bf)
@@ -364,6 +381,8 @@ def error_cases(cache_dir):
                      ["no dropout"]),
         expect_error("negative softcap", lambda: call(q, k, k, cu_, cu_, 64, 64, softcap=-1.0), E,
                      ["softcap -1 is not a finite positive number"]),
+        expect_error("split workspace too small", lambda: small_workspace_call(q), E,
+                     ["split workspace of 4096 bytes", "fa4gen_split_workspace_bytes("]),
     ]
     # Broken caches: a copy of the manifest beside links to the real cubins.
     import json as _json

@@ -62,6 +62,12 @@ pub enum ProblemError {
     },
     #[error("{0} is set, but this kernel was not built for it: {1}")]
     Unexpected(&'static str, &'static str),
+    #[error("split workspace of {bytes} bytes is smaller than the {need} bytes any kernel may take on a device of {sm_count} SMs: allocate fa4gen_split_workspace_bytes({sm_count}) bytes, zeroed, or pass none")]
+    SplitWorkspace {
+        bytes: u64,
+        need: u64,
+        sm_count: u32,
+    },
 }
 
 /// The largest token-row stride of Q, K and V, in elements: a tile of up to 256 rows
@@ -357,13 +363,43 @@ fn work_tiles(footprint: &Footprint, params: &FwdParams) -> u64 {
 pub const SPLIT_MIN_KEYS: i32 = 4096;
 
 /// A split workspace a caller hands a launch: device memory of `bytes` bytes (at least
-/// `split_workspace_bytes` for the kernel's grid, `max_split_workspace_bytes` for any),
+/// `max_split_workspace_bytes` of the device, which covers every kernel's grid),
 /// 256-byte aligned, its first `SPLIT_COUNTER_BYTES` zero when first handed over. Every
-/// launch leaves them zero; two launches must not use one at the same time.
+/// launch leaves them zero; two launches must not use one at the same time. The launches
+/// check it (`check_split_workspace`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SplitWorkspace {
     pub ptr: u64,
     pub bytes: u64,
+}
+
+/// A caller's split workspace, checked before a launch: 256-byte aligned and as large as
+/// `max_split_workspace_bytes`, so that a workspace that serves one shape serves every
+/// shape (a smaller one would fail only on the shapes that split). A null pointer is
+/// none.
+pub fn check_split_workspace(
+    split: Option<SplitWorkspace>,
+    sm_count: u32,
+) -> Result<Option<SplitWorkspace>, ProblemError> {
+    let Some(ws) = split.filter(|w| w.ptr != 0) else {
+        return Ok(None);
+    };
+    if ws.ptr % 256 != 0 {
+        return Err(ProblemError::Misaligned {
+            tensor: "split workspace",
+            addr: ws.ptr,
+            align: 256,
+        });
+    }
+    let need = max_split_workspace_bytes(sm_count);
+    if ws.bytes < need {
+        return Err(ProblemError::SplitWorkspace {
+            bytes: ws.bytes,
+            need,
+            sm_count,
+        });
+    }
+    Ok(Some(ws))
 }
 
 /// The tiles whose keys an unmasked persistent grid of `blocks` blocks shares out
@@ -491,6 +527,7 @@ impl FwdKernel {
         split: Option<SplitWorkspace>,
     ) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
+        let split = check_split_workspace(split, gpu.info.sm_count)?;
         let Some(grid_dim) =
             launch_grid(self.spec.mask, &self.footprint, params, gpu.info.sm_count)?
         else {
@@ -1172,6 +1209,48 @@ mod tests {
             ..good()
         };
         assert_eq!(check_problem(&p), Ok(()));
+    }
+
+    #[test]
+    fn a_split_workspace_is_checked_before_the_launch() {
+        let need = max_split_workspace_bytes(132);
+        let good_ws = SplitWorkspace {
+            ptr: 0x20_0000,
+            bytes: need,
+        };
+        assert_eq!(check_split_workspace(Some(good_ws), 132), Ok(Some(good_ws)));
+        // None, or a null pointer (the C ABI's "none"), is no workspace at all.
+        assert_eq!(check_split_workspace(None, 132), Ok(None));
+        let null = SplitWorkspace { ptr: 0, bytes: 0 };
+        assert_eq!(check_split_workspace(Some(null), 132), Ok(None));
+        // Misaligned: named, with the alignment it needs.
+        let odd = SplitWorkspace {
+            ptr: 0x20_0080,
+            ..good_ws
+        };
+        let e = check_split_workspace(Some(odd), 132).unwrap_err();
+        assert_eq!(
+            e,
+            ProblemError::Misaligned {
+                tensor: "split workspace",
+                addr: 0x20_0080,
+                align: 256
+            }
+        );
+        // Too small for the largest kernel: an error that says what to allocate, even
+        // where this shape's kernel would not split (it would fail on the next shape).
+        let small = SplitWorkspace {
+            bytes: need - 256,
+            ..good_ws
+        };
+        let msg = check_split_workspace(Some(small), 132).unwrap_err().to_string();
+        assert!(
+            msg.contains(&format!("{} bytes", need - 256))
+                && msg.contains("fa4gen_split_workspace_bytes(132)"),
+            "{msg}"
+        );
+        // A device with more SMs needs more.
+        assert!(check_split_workspace(Some(good_ws), 144).is_err());
     }
 
     #[test]

@@ -22,8 +22,9 @@ use fa4_spec::Arch;
 
 pub(crate) use launch::ParamsArg;
 pub use launch::{
-    check_problem, check_problem_for, launch_grid, max_split_workspace_bytes, split_tail,
-    split_workspace_bytes, FwdKernel, ProblemError, SplitWorkspace, SPLIT_COUNTER_BYTES,
+    check_problem, check_problem_for, check_split_workspace, launch_grid,
+    max_split_workspace_bytes, split_tail, split_workspace_bytes, FwdKernel, ProblemError,
+    SplitWorkspace, SPLIT_COUNTER_BYTES,
 };
 pub use tma::TmaFwdParams;
 

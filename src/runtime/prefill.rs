@@ -20,8 +20,8 @@ use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
 
 use super::{KernelCache, Query, Reason, SelectError};
 use crate::gpu::{
-    check_problem_for, driver_message, launch_grid, split_tail, ProblemError, SplitWorkspace,
-    TmaFwdParams,
+    check_problem_for, check_split_workspace, driver_message, launch_grid, split_tail,
+    ProblemError, SplitWorkspace, TmaFwdParams,
 };
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
@@ -416,10 +416,10 @@ impl Runtime {
         stream: CUstream,
     ) -> Result<Launched<'_>, PrefillError> {
         let device = self.device()?;
-        let args_split = args.split;
         let (query, params) = args.resolve(device.arch);
         let selected = self.cache.select(&query)?;
         check_problem_for(&selected.kernel.spec, &params)?;
+        let args_split = check_split_workspace(args.split, device.sm_count)?;
         let launched = |launched| Launched {
             kernel: selected.id,
             reason: selected.reason,
