@@ -1243,7 +1243,9 @@ mod tests {
             bytes: need - 256,
             ..good_ws
         };
-        let msg = check_split_workspace(Some(small), 132).unwrap_err().to_string();
+        let msg = check_split_workspace(Some(small), 132)
+            .unwrap_err()
+            .to_string();
         assert!(
             msg.contains(&format!("{} bytes", need - 256))
                 && msg.contains("fa4gen_split_workspace_bytes(132)"),
