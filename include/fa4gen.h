@@ -98,8 +98,8 @@ typedef struct {
      * aligned, zeroed once when allocated (each launch leaves it so), used by one stream
      * at a time; 0 for none. With it, unmasked persistent kernels on dense batches share
      * their last tiles out by keys instead of leaving SMs idle. A workspace that is
- * misaligned or smaller than that fails every call (FA4GEN_ERR_INVALID_ARGUMENT), not
- * only the calls that would split. */
+     * misaligned or smaller than that fails every call (FA4GEN_ERR_INVALID_ARGUMENT), not
+     * only the calls that would split. */
     uint64_t split_workspace;
     uint64_t split_workspace_bytes;
 } fa4gen_prefill_args;

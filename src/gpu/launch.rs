@@ -429,7 +429,6 @@ pub fn split_tail(
         || ws.ptr == 0
         || ws.ptr % 256 != 0
         || !dense
-        || params.seqlen_k <= 0
         || blocks == 0
     {
         return 0;
@@ -544,10 +543,7 @@ impl FwdKernel {
         if self.footprint.tma_rows > 0 {
             let mut arg = TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows)
                 .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?;
-            arg.split_tail = split_tail(&self.footprint, params, grid_dim.0, split);
-            if arg.split_tail > 0 {
-                arg.split_workspace = split.map_or(0, |w| w.ptr);
-            }
+            arg.set_split_tail(&self.footprint, grid_dim.0, split);
             tma_arg = TmaParamsArg(arg);
             launch.arg(&tma_arg);
         } else {
@@ -1342,5 +1338,17 @@ mod tests {
             ..p
         };
         assert_eq!(split_tail(&fp, &few, 132, ws), 0);
+
+        // The TMA argument block takes the decision and, only with a split, the workspace.
+        // SAFETY: TmaFwdParams is plain integers, for which zero bits are a value.
+        let mut arg: TmaFwdParams = unsafe { std::mem::zeroed() };
+        arg.fwd = p;
+        arg.set_split_tail(&fp, 132, ws);
+        assert_eq!((arg.split_tail, arg.split_workspace), (132 + 68, 0x10_0000));
+        arg.set_split_tail(&fp, 132, None);
+        assert_eq!((arg.split_tail, arg.split_workspace), (0, 0));
+        arg.fwd = short;
+        arg.set_split_tail(&fp, 132, ws);
+        assert_eq!((arg.split_tail, arg.split_workspace), (0, 0));
     }
 }

@@ -8,6 +8,9 @@ use cudarc::driver::sys::{
 };
 use fa4_spec::{Dtype, FwdParams, KernelSpec};
 
+use super::launch::{split_tail, SplitWorkspace};
+use crate::space::Footprint;
+
 /// The argument block of a TMA kernel.
 #[repr(C, align(64))]
 #[derive(Debug, Clone, Copy)]
@@ -106,6 +109,21 @@ impl TmaFwdParams {
             v_map: encode_map(spec.dtype, &v, dims_kv, box_rows)?,
             o_map: encode_map(spec.dtype, &o, dims_q, Q_BOX_ROWS)?,
         })
+    }
+
+    /// Hands a launch of `blocks` blocks the split tail `split_tail` decides for it, and
+    /// the workspace with it; nothing where it does not split.
+    pub fn set_split_tail(
+        &mut self,
+        footprint: &Footprint,
+        blocks: u32,
+        workspace: Option<SplitWorkspace>,
+    ) {
+        self.split_tail = split_tail(footprint, &self.fwd, blocks, workspace);
+        self.split_workspace = match workspace {
+            Some(ws) if self.split_tail > 0 => ws.ptr,
+            _ => 0,
+        };
     }
 }
 

@@ -20,8 +20,8 @@ use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
 
 use super::{KernelCache, Query, Reason, SelectError};
 use crate::gpu::{
-    check_problem_for, check_split_workspace, driver_message, launch_grid, split_tail,
-    ProblemError, SplitWorkspace, TmaFwdParams,
+    check_problem_for, check_split_workspace, driver_message, launch_grid, ProblemError,
+    SplitWorkspace, TmaFwdParams,
 };
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
@@ -443,10 +443,7 @@ impl Runtime {
         if fp.tma_rows > 0 {
             tma_arg = TmaFwdParams::encode(&selected.kernel.spec, &params, fp.tma_rows)
                 .map_err(|e| driver_failure("cuTensorMapEncodeTiled", e))?;
-            tma_arg.split_tail = split_tail(fp, &params, gx, args_split);
-            if tma_arg.split_tail > 0 {
-                tma_arg.split_workspace = args_split.map_or(0, |w| w.ptr);
-            }
+            tma_arg.set_split_tail(fp, gx, args_split);
             args = [(&mut tma_arg as *mut TmaFwdParams).cast::<c_void>()];
         }
         // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value,
