@@ -182,6 +182,7 @@ fn spilling_configs_are_rejected_with_the_reason() {
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
+            cluster_m: 0,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
@@ -418,4 +419,61 @@ fn compile_all_cleanly(dir: &std::path::Path, planned: &[space::Planned]) -> com
     let report = build.load_report(Arch::Sm90).unwrap().unwrap();
     assert_eq!(report.kernels.len(), planned.len(), "{:?}", report.rejected);
     report
+}
+
+/// Clusters of two blocks along m (TMA multicast of K/V) compile without spills at every
+/// head dim, declare their cluster size to the launch, and keep the register count of
+/// the same tile without a cluster.
+#[test]
+fn cluster_configs_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut planned = Vec::new();
+    for (d, block_m, block_n) in [(64, 192, 128), (128, 128, 176), (256, 128, 80)] {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, d, MaskKind::None);
+        for cluster in [0, 2] {
+            let p = space::plan(Template::Hopper, &spec)
+                .into_iter()
+                .find(|p| {
+                    let c = &p.candidate.config;
+                    c.switch("cluster", 0) == cluster
+                        && c.switch("lazy", 0) == 0
+                        && c.switch("persistent", 0) == 0
+                        && c.switch("pingpong", 0) == 1
+                        && (c.block_m, c.block_n, c.stages) == (block_m, block_n, 2)
+                })
+                .unwrap();
+            planned.push(p);
+        }
+    }
+    let report = compile_all_cleanly(dir.path(), &planned);
+    assert_eq!(report.kernels.len(), 6);
+    for cluster in report
+        .kernels
+        .iter()
+        .filter(|k| k.candidate.config.switch("cluster", 0) == 2)
+    {
+        let mut config = cluster.candidate.config.clone();
+        config.switches.remove("cluster");
+        let single = report
+            .kernels
+            .iter()
+            .find(|k| k.candidate.spec == cluster.candidate.spec && k.candidate.config == config)
+            .unwrap();
+        assert!(cluster.id.0.contains("cluster2"), "{}", cluster.id.0);
+        assert_eq!(cluster.resources.spill_stores, 0, "{}", cluster.id.0);
+        assert_eq!(
+            cluster.resources.registers, single.resources.registers,
+            "{}",
+            cluster.id.0
+        );
+        let src = std::fs::read_to_string(dir.path().join(&cluster.source)).unwrap();
+        assert!(
+            src.contains("__cluster_dims__(2, 1, 1)"),
+            "{}",
+            cluster.id.0
+        );
+        assert!(src.contains("kClusterM = 2"), "{}", cluster.id.0);
+        let src = std::fs::read_to_string(dir.path().join(&single.source)).unwrap();
+        assert!(!src.contains("__cluster_dims__"), "{}", single.id.0);
+    }
 }

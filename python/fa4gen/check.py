@@ -261,6 +261,12 @@ def layer_cases(cache):
     # Unmasked, dense, over 4096 keys, 288 tiles of 128 rows: a persistent pick shares
     # its last tiles out by keys through the stream's split workspace.
     yield run_dense("dense split tail q2200/k4100", 128, bf, 1, 2200, 4100, 16, 16, cache=cache)
+    # Unmasked over 8k keys and more, where the H200 serves clusters of two blocks that
+    # share their K/V loads: an odd count of m-blocks (the last pair's second block has
+    # no rows), and a varlen batch whose short sequences leave blocks of a pair empty.
+    yield run_dense("dense cluster pairs q9000/k9100", 128, bf, 1, 9000, 9100, 4, 2, cache=cache)
+    yield run_varlen("varlen cluster pairs (unmasked)", 128, bf, [(8300, 8300), (100, 8300), (0, 0), (257, 300)],
+                     4, 2, cache=cache)
 
 
 def serving_cases(cache):

@@ -194,6 +194,11 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
         "one block per work tile, causal tiles in L2 sections of a few (head, sequence) \
          pairs, heaviest first"
             .to_string()
+    } else if fp.cluster_m > 1 {
+        format!(
+            "one block per work tile, in clusters of {} along the queries that share K/V loads (TMA multicast)",
+            fp.cluster_m
+        )
     } else {
         "one block per work tile".to_string()
     });

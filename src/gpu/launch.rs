@@ -280,9 +280,14 @@ pub fn launch_grid(
             group.max(1),
         )
     };
-    let grid_x = rows.div_ceil(u64::from(footprint.block_m.max(1)));
+    let mut grid_x = rows.div_ceil(u64::from(footprint.block_m.max(1)));
     if grid_x == 0 || params.batch <= 0 {
         return Ok(None);
+    }
+    // A cluster's blocks take consecutive m-blocks: the last cluster of an odd count gets
+    // a block past the rows, which loads its share of the K/V tiles and computes nothing.
+    if footprint.cluster_m > 1 {
+        grid_x = grid_x.next_multiple_of(u64::from(footprint.cluster_m));
     }
     let pairs = u64::from(heads) * params.batch as u64;
     if footprint.persistent_per_sm > 0 {
@@ -852,6 +857,7 @@ mod tests {
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
+            cluster_m: 0,
         }
     }
 
@@ -886,6 +892,33 @@ mod tests {
             ..good()
         };
         assert_eq!(launch_grid(MaskKind::None, &fp, &empty, 132).unwrap(), None);
+        // Clusters of two blocks along m: the m-blocks rounded up to pairs (the second
+        // block of the last pair past the rows), the rest alike.
+        let pairs = Footprint { cluster_m: 2, ..fp };
+        assert_eq!(
+            launch_grid(MaskKind::None, &pairs, &good(), 132).unwrap(),
+            Some((2, 8, 2))
+        );
+        let three = FwdParams {
+            seqlen_q: 257,
+            ..good()
+        };
+        assert_eq!(
+            launch_grid(MaskKind::None, &fp, &three, 132).unwrap(),
+            Some((3, 8, 2))
+        );
+        assert_eq!(
+            launch_grid(MaskKind::None, &pairs, &three, 132).unwrap(),
+            Some((4, 8, 2))
+        );
+        assert_eq!(
+            launch_grid(MaskKind::None, &pairs, &long, 132).unwrap(),
+            Some((2, 8, 2))
+        );
+        assert_eq!(
+            launch_grid(MaskKind::None, &pairs, &empty, 132).unwrap(),
+            None
+        );
         // Persistent: the work tiles (m-blocks x heads x sequences) in one dimension, at
         // most persistent_per_sm blocks per SM.
         let persistent = Footprint {
@@ -1002,6 +1035,7 @@ mod tests {
             section_key_bytes: 2 * (128 + 128),
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
+            cluster_m: 0,
         }
     }
 
@@ -1067,6 +1101,7 @@ mod tests {
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
+            cluster_m: 0,
             ..fp
         };
         assert_eq!(
@@ -1080,6 +1115,7 @@ mod tests {
         let fp = Footprint {
             causal_m_blocks_in_y: true,
             split_head_dim_v: 0,
+            cluster_m: 0,
             ..plain_footprint(64)
         };
         for (seqlen, heads_q, batch) in [(512, 8, 32), (4096, 16, 4), (1000, 7, 3), (100, 1, 1)] {
@@ -1122,6 +1158,7 @@ mod tests {
             pack_gqa: true,
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
+            cluster_m: 0,
             ..fp
         };
         assert_eq!(
@@ -1266,6 +1303,7 @@ mod tests {
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
             split_head_dim_v: 128,
+            cluster_m: 0,
         };
         let p = FwdParams {
             batch: 1,

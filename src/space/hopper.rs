@@ -46,6 +46,11 @@ pub const CAP_OFFSET: &str = super::portable::CAP_OFFSET;
 /// Switch (pingpong): the consumers take turns at the MUFU (around each block's
 /// exponentials) instead of at the tensor cores (around each GEMM issue).
 pub const MUFU_TURNS: &str = "mufuturn";
+/// Switch (unmasked warp-specialised TMA tiles, one block per tile): blocks per cluster
+/// along m (value 2; 0 off). The cluster's blocks hold consecutive m-blocks of one head,
+/// so they read the same K/V tiles: each loads a share of every tile and multicasts it
+/// into both, halving the K/V reads from L2 (FA3 clusters its d128+ unmasked tiles so).
+pub const CLUSTER: &str = "cluster";
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
 const BLOCK_N: &[u32] = &[64, 128, 176];
@@ -149,7 +154,32 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     out.extend(twins(&out, EXP2_EMU, 4, |c| {
         spec.head_dim <= 64 && c.switch(CAP_OFFSET, 0) == 1
     }));
+    // Pairs of blocks sharing their K/V loads (unmasked, one block per tile, strided K/V),
+    // on the pingpong tiles with overlap: half the K/V reads from L2 lets the power cap
+    // hold a 2 to 4% higher clock, at the cost of the pair's blocks waiting for each
+    // other's slots (bench/NOTES.md). Not on the tiles without pingpong or overlap, nor
+    // with pack-GQA, which led nowhere unmasked.
+    let unmasked = spec.mask == MaskKind::None;
+    out.extend(twins(&out, CLUSTER, 2, |c| {
+        let mut pair = c.clone();
+        pair.switches.insert(CLUSTER.to_string(), 2);
+        unmasked
+            && clusters(spec, &pair)
+            && c.switch(PINGPONG, 0) == 1
+            && c.switch(OVERLAP, 0) == 1
+            && c.switch(PACK_GQA, 0) == 0
+    }));
     out
+}
+
+/// Blocks per cluster (1: none). Clusters share K/V loads by TMA between blocks that walk
+/// the same key tiles: unmasked, one block per tile, strided K/V.
+fn cluster_m(c: &TileConfig) -> u32 {
+    c.switch(CLUSTER, 0).max(1)
+}
+
+fn clusters(spec: &KernelSpec, c: &TileConfig) -> bool {
+    cluster_m(c) > 1 && tma(spec, c) && !persistent(c) && spec.mask == MaskKind::None
 }
 
 fn ws_config(
@@ -387,6 +417,13 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
                 .into(),
         );
     }
+    if cluster_m(c) > 1 && (cluster_m(c) != 2 || !clusters(spec, c)) {
+        return reject(
+            RejectKind::Shape,
+            "clusters are of two blocks, on unmasked warp-specialised tiles with one block per tile and strided K/V (TMA)"
+                .into(),
+        );
+    }
     if c.switch(MUFU_TURNS, 0) == 1 && c.switch(PINGPONG, 0) != 1 {
         return reject(
             RejectKind::Shape,
@@ -490,6 +527,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         } else {
             0
         },
+        cluster_m: if cluster_m(c) > 1 { cluster_m(c) } else { 0 },
     })
 }
 
@@ -653,6 +691,7 @@ pub(super) fn render_values(
         ("cap_offset", json!(c.switch(CAP_OFFSET, 0) == 1)),
         ("half_first", json!(half_first)),
         ("mufu_turns", json!(c.switch(MUFU_TURNS, 0) == 1)),
+        ("cluster_m", json!(cluster_m(c))),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
         ("producer_regs", json!(split.producer)),
         ("consumer_regs", json!(split.consumer)),
@@ -847,12 +886,75 @@ mod tests {
                 .map(|c| check(&spec, &c).is_ok())
                 .collect::<Vec<_>>()
         };
-        assert_eq!(fits(64), vec![true, true], "plain and lazy, at d64");
+        assert_eq!(
+            fits(64),
+            vec![true, true, true, true],
+            "plain and lazy, at d64, and their clusters"
+        );
         assert_eq!(
             fits(128),
-            vec![false, false],
-            "d128's K/V stages do not fit three"
+            vec![false, false, false, false],
+            "d128's K/V stages do not fit three, with a cluster or without"
         );
+    }
+
+    #[test]
+    fn clusters_pair_unmasked_pingpong_tiles_with_one_block_per_tile() {
+        let clustered = |spec: &KernelSpec| {
+            candidates(spec)
+                .into_iter()
+                .filter(|c| c.switch(CLUSTER, 0) == 2)
+                .collect::<Vec<_>>()
+        };
+        let unmasked = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+        let pairs = clustered(&unmasked);
+        assert!(!pairs.is_empty());
+        for c in &pairs {
+            assert!(
+                warp_specialized(c) && !persistent(c) && c.switch(PINGPONG, 0) == 1,
+                "{c:?}"
+            );
+            assert!(
+                c.switch(OVERLAP, 0) == 1 && c.switch(PACK_GQA, 0) == 0,
+                "{c:?}"
+            );
+        }
+        // FA3's d128 tile (two consumers over 176 keys) has its pair, which launches in
+        // pairs of blocks and renders the cluster's size.
+        let fa3 = pairs
+            .iter()
+            .find(|c| c.block_n == 176 && c.switch(LAZY_RESCALE, 0) == 0)
+            .expect("the 128x176 tile's cluster twin");
+        let fp = check(&unmasked, fa3).unwrap();
+        assert_eq!(fp.cluster_m, 2);
+        let values = render_values(&unmasked, fa3, &fp);
+        let value = |key| values.iter().find(|(k, _)| *k == key).unwrap().1.clone();
+        assert_eq!(value("cluster_m"), json!(2));
+        let mut single = fa3.clone();
+        single.switches.remove(CLUSTER);
+        assert_eq!(check(&unmasked, &single).unwrap().cluster_m, 0);
+        let single_values = render_values(&unmasked, &single, &check(&unmasked, &single).unwrap());
+        assert!(single_values.contains(&("cluster_m", json!(1))));
+        // Masked tiles walk different key tiles per m-block, persistent ones other
+        // tiles altogether, pages go by cp.async: none of them pairs.
+        for mask in [MaskKind::Causal, MaskKind::Local] {
+            let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, mask);
+            assert!(clustered(&spec).is_empty(), "{mask:?}");
+            assert_eq!(check(&spec, fa3).unwrap_err().kind, RejectKind::Shape);
+        }
+        let mut persistent_pair = fa3.clone();
+        persistent_pair.switches.insert(PERSISTENT.to_string(), 1);
+        assert_eq!(
+            check(&unmasked, &persistent_pair).unwrap_err().kind,
+            RejectKind::Shape
+        );
+        let mut paged = unmasked;
+        paged.features.paged_kv = true;
+        assert!(clustered(&paged).is_empty());
+        assert_eq!(check(&paged, fa3).unwrap_err().kind, RejectKind::Shape);
+        let mut four = fa3.clone();
+        four.switches.insert(CLUSTER.to_string(), 4);
+        assert_eq!(check(&unmasked, &four).unwrap_err().kind, RejectKind::Shape);
     }
 
     #[test]

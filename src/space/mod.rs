@@ -203,6 +203,11 @@ pub struct Footprint {
     /// (head_dim_v) a piece leaves there; 0 for kernels that never split.
     #[serde(default)]
     pub split_head_dim_v: u32,
+    /// Blocks per cluster along m (`launch_grid` rounds the m-blocks up to a multiple):
+    /// consecutive m-blocks of one head share their K/V loads by TMA multicast
+    /// (`hopper/kernel_ws.cuh`); 0 or 1 for no cluster.
+    #[serde(default)]
+    pub cluster_m: u32,
 }
 
 /// Why a config was set aside.

@@ -421,6 +421,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         section_key_bytes: 0,
         causal_m_blocks_in_y: spec.mask == MaskKind::Causal && c.switch(PACK_GQA, 0) == 0,
         split_head_dim_v: 0,
+        cluster_m: 0,
     })
 }
 

@@ -95,6 +95,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     constexpr int kOTiles = T::kOTiles;
     constexpr int kStages = T::kStages;
     constexpr int kConsumers = T::kWarpgroups;
+    constexpr int kCluster = T::kClusterM;  // blocks per cluster, sharing their K/V loads
     using MmaO = Wgmma<T::kHeadDimV, kBf16>;
     using LayoutQ = WgmmaLayout<64, T::kHeadDim>;   // one consumer's rows
     using LayoutO = WgmmaLayout<64, T::kHeadDimV>;
@@ -208,6 +209,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 w.n_tiles = at.key_end - at.key_begin;
             }
         }
+        if constexpr (kCluster > 1) {
+            // Unmasked: every block of the cluster walks all of its sequence's key tiles,
+            // also one past the sequence's rows (it loads its share for the others).
+            w.n_end = ceil_div(w.seq.seqlen_k, T::kBlockN);
+            w.n_tiles = w.n_end;
+        }
         w.first_by_copy = !T::kTma || (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
         return w;
     };
@@ -215,9 +222,13 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // A tile past its sequence's rows has nothing to do (no K/V, no epilogue).
     auto has_rows = [](const Work& w) { return w.row_begin < w.rows; };
     Work first_work{};
+    // A block of a cluster whose first block has rows stays, rows or not: it loads its
+    // share of the cluster's K/V tiles, and its consumers free its slots for the others.
+    const int cluster_rank_m = kCluster > 1 ? int(cluster_rank()) : 0;
     if constexpr (!T::kPersistent) {
         first_work = work_at(0);
-        if (!has_rows(first_work)) return;
+        const bool cluster_has_rows = first_work.row_begin - cluster_rank_m * T::kBlockM < first_work.rows;
+        if (!has_rows(first_work) && !(kCluster > 1 && cluster_has_rows)) return;
     }
     // Q (and O) by TMA: whole 64-row chunks of a strided Q inside the sequence (rows of
     // the next sequence are never touched, so a packed batch needs no row count);
@@ -233,8 +244,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         for (int slot = 0; slot < kStages; ++slot) {
             mbarrier_init(full_k(slot), 1);  // the producer's one arrival (+ its copies)
             mbarrier_init(full_v(slot), 1);
-            mbarrier_init(empty_k(slot), 4 * kConsumers);  // every consumer warp
-            mbarrier_init(empty_v(slot), 4 * kConsumers);
+            mbarrier_init(empty_k(slot), 4 * kConsumers * kCluster);  // every consumer warp (of the cluster)
+            mbarrier_init(empty_v(slot), 4 * kConsumers * kCluster);
         }
         for (int c = 0; c < kConsumers; ++c) {
             for (int b = 0; b < kQBuffers; ++b) {
@@ -254,7 +265,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    __syncthreads();
+    // A cluster's blocks arrive on and load into each other's barriers from here on.
+    if constexpr (kCluster > 1) {
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
     if constexpr (T::kSplitTail) {
         if (split.tail > 0) rounds = split_items.whole_rounds() + split_items.count();
     }
@@ -282,7 +298,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         int q_round = 0;
         for (int round = 0; round < rounds; ++round) {
             const Work w = T::kPersistent ? work_at(round) : first_work;
-            if (!has_rows(w)) continue;
+            if (!has_rows(w) && kCluster == 1) continue;
             // The other threads wait here for thread 0 to finish the last work tile's
             // issues: a barrier is never waited on two phases ahead.
             if constexpr (T::kTma && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
@@ -357,14 +373,28 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         const int slot = (it + tile) % kStages;
                         const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
                         const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
+                        // In a cluster the slot is free once every block's consumers
+                        // are done with it, and each block's share lands in all of them.
                         mbarrier_wait(empty_k(slot), free_parity);
                         mbarrier_arrive_expect_tx(full_k(slot), T::kSmemK * 2);
-                        tma_load_tile<T::kHeadDim, T::kBlockN>(k_smem_addr + slot * T::kSmemK * 2, maps.k,
-                                                               full_k(slot), row, w.kv_head, batch_coord);
+                        if constexpr (kCluster > 1) {
+                            tma_load_tile_multicast<T::kHeadDim, T::kBlockN, kCluster>(
+                                k_smem_addr + slot * T::kSmemK * 2, maps.k, full_k(slot), row, w.kv_head,
+                                batch_coord, cluster_rank_m);
+                        } else {
+                            tma_load_tile<T::kHeadDim, T::kBlockN>(k_smem_addr + slot * T::kSmemK * 2, maps.k,
+                                                                   full_k(slot), row, w.kv_head, batch_coord);
+                        }
                         mbarrier_wait(empty_v(slot), free_parity);
                         mbarrier_arrive_expect_tx(full_v(slot), T::kSmemV * 2);
-                        tma_load_tile<T::kHeadDimV, T::kBlockN>(v_smem_addr + slot * T::kSmemV * 2, maps.v,
-                                                                full_v(slot), row, w.kv_head, batch_coord);
+                        if constexpr (kCluster > 1) {
+                            tma_load_tile_multicast<T::kHeadDimV, T::kBlockN, kCluster>(
+                                v_smem_addr + slot * T::kSmemV * 2, maps.v, full_v(slot), row, w.kv_head,
+                                batch_coord, cluster_rank_m);
+                        } else {
+                            tma_load_tile<T::kHeadDimV, T::kBlockN>(v_smem_addr + slot * T::kSmemV * 2, maps.v,
+                                                                    full_v(slot), row, w.kv_head, batch_coord);
+                        }
                     }
                 }
             } else {
@@ -416,6 +446,16 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         __syncwarp();
         if (lane == 0) mbarrier_arrive(bar);
     };
+    // A K or V slot: in a cluster, every block's producer multicasts into it, so its
+    // warps free it in every block (lane r arrives in block r).
+    auto release_kv = [&](u32 bar) {
+        if constexpr (kCluster > 1) {
+            __syncwarp();
+            if (lane < kCluster) mbarrier_arrive_cluster(bar, lane);
+        } else {
+            release(bar);
+        }
+    };
 
     int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)
     int q_round = 0;  // work tiles (Q's phase)
@@ -432,6 +472,19 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     for (int round = 0; round < rounds; ++round) {
         const Work w = T::kPersistent ? work_from(next_at) : first_work;
         if (!has_rows(w)) {
+            if constexpr (kCluster > 1) {
+                // Past the sequence's rows in a cluster that has some: the tiles land here
+                // too (the others' producers multicast them); free each once it is in.
+                for (int tile = 0; tile < w.n_tiles; ++tile) {
+                    const int slot = (it + tile) % kStages;
+                    const u32 parity = ((it + tile) / kStages) & 1;
+                    mbarrier_wait(full_k(slot), parity);
+                    release_kv(empty_k(slot));
+                    mbarrier_wait(full_v(slot), parity);
+                    release_kv(empty_v(slot));
+                }
+                it += w.n_tiles;
+            }
             if constexpr (T::kPersistent) next_at = coords_at(round + 1);
             continue;
         }
@@ -548,7 +601,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             fence_regs(o_acc);
 #pragma unroll
             for (int ks = 0; ks < T::kPvSteps; ++ks) fence_regs(p[ks]);
-            release(empty_v((it + tile) % kStages));
+            release_kv(empty_v((it + tile) % kStages));
         };
         // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
         // rescaled (the overlapped schedule ignores the first block's answer: O is still zero).
@@ -565,7 +618,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             } else {
                 fence_regs(s_flat);
             }
-            release(empty_k((it + tile) % kStages));
+            release_kv(empty_k((it + tile) % kStages));
             return scores(tile, live, o_scale, fixed);
         };
 
@@ -603,7 +656,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         pass_turn();
                         wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
                         fence_regs(s_flat);
-                        release(empty_k((it + tile) % kStages));
+                        release_kv(empty_k((it + tile) % kStages));
                         float o_scale[2];
                         const bool rescale = scores(tile, Whole{}, o_scale, fixed);
                         wgmma_wait<0>();
@@ -742,6 +795,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     }
     // Shared memory outlives the reads of the last TMA store.
     if (T::kTma && tid == 0) tma_store_wait_read();
+    // ... and, in a cluster, the other blocks' last arrivals on its barriers.
+    if constexpr (kCluster > 1) cluster_sync();
 }
 
 }  // namespace hopper

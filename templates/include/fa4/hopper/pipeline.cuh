@@ -40,6 +40,31 @@ __device__ __forceinline__ void cp_async_mbarrier_track(u32 bar) {
     asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+// ---- clusters: the blocks of one cluster arrive on each other's mbarriers ---------------
+__device__ __forceinline__ u32 cluster_rank() {
+    u32 rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// Arrives on the barrier at `bar`'s offset in block `rank` of the cluster (this block's
+// own included). At the default .release.cta: the slot's readers are wgmmas already
+// waited for, so nothing needs ordering at cluster scope, which costs a MEMBAR.GPU
+// before every arrival (ptxas), a third of the loop's speed at d128.
+__device__ __forceinline__ void mbarrier_arrive_cluster(u32 bar, u32 rank) {
+    asm volatile(
+        "{\n.reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+        "r"(rank)
+        : "memory");
+}
+
+// Every thread of the cluster that has not exited meets here (whole warps).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // ---- named barriers (id 0 is __syncthreads) ----------------------------------------------
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

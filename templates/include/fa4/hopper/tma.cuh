@@ -62,6 +62,25 @@ __device__ __forceinline__ void tma_load_tile(u32 dst, const TensorMap* map, u32
     for (int cb = 0; cb < kCols / 64; ++cb) tma_load_4d(dst + cb * kRows * 128, map, bar, cb * 64, row, head, batch);
 }
 
+// The same tile into every block of a cluster of kCluster along m: this block (`rank`)
+// loads boxes rank, rank + kCluster, .. and multicasts each into the same offset of every
+// block's shared memory, completing the transfer of the barrier at `bar`'s offset there.
+// Each block's barrier therefore expects the whole tile's bytes.
+template <int kCols, int kRows, int kCluster>
+__device__ __forceinline__ void tma_load_tile_multicast(u32 dst, const TensorMap* map, u32 bar, int row, int head,
+                                                        int batch, u32 rank) {
+    const u16 blocks = (1u << kCluster) - 1;
+#pragma unroll
+    for (int cb = 0; cb < kCols / 64; ++cb) {
+        if (cb % kCluster != int(rank)) continue;
+        asm volatile(
+            "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+            "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst + cb * kRows * 128),
+            "l"(reinterpret_cast<u64>(map)), "r"(cb * 64), "r"(row), "r"(head), "r"(batch), "r"(bar), "h"(blocks)
+            : "memory");
+    }
+}
+
 // The reverse: a staged tile of kRows rows out to global memory, in one bulk group. The
 // threads that wrote the tile fence it for the async proxy (fence_proxy_async) and meet
 // before one of them issues this.

@@ -63,6 +63,11 @@ struct Traits {
     static constexpr bool kSplitTail =
         kPersistent && kWarpSpecialized && kTma && kMask == MaskKind::None && !kSinks && !kPaged;
     static constexpr int kSplitTailBytes = kSplitTail ? 56 : 0;  // the block's share (schedule.cuh)
+    // Blocks per cluster along m (1: none). A cluster's blocks take consecutive m-blocks of
+    // one head, so they read the same K/V tiles: each block's producer loads a share of
+    // every tile's 64-column boxes and multicasts it into all of them, and a slot is free
+    // once every block's consumers are done with it (kernel_ws.cuh).
+    static constexpr int kClusterM = Config::kClusterM;
 
     static constexpr int kBlockM = 64 * kWarpgroups;
     static constexpr int kWarps = 4 * (kWarpgroups + (kWarpSpecialized ? 1 : 0));
@@ -111,6 +116,8 @@ struct Traits {
                   "the half first block is the masked warp-specialised schedule's");
     static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs a slot for O");
     static_assert(!kMufuTurns || kPingpong, "turns at the MUFU are pingpong's");
+    static_assert(kClusterM == 1 || (kClusterM == 2 && kTma && !kPersistent && kMask == MaskKind::None),
+                  "clusters of two blocks: TMA, one block per tile, unmasked (the pair's key tiles are the same)");
     static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
     static_assert(kExp2EmuEvery == 0 || kWarpSpecialized, "exp2 emulation is the warp-specialised schedule's");
     static_assert(!kCapOffset || (kWarpSpecialized && kSoftcap && kIsBf16),
