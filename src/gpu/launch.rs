@@ -1101,7 +1101,6 @@ mod tests {
             section_key_bytes: 0,
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
-            cluster_m: 0,
             ..fp
         };
         assert_eq!(
@@ -1115,7 +1114,6 @@ mod tests {
         let fp = Footprint {
             causal_m_blocks_in_y: true,
             split_head_dim_v: 0,
-            cluster_m: 0,
             ..plain_footprint(64)
         };
         for (seqlen, heads_q, batch) in [(512, 8, 32), (4096, 16, 4), (1000, 7, 3), (100, 1, 1)] {
@@ -1158,7 +1156,6 @@ mod tests {
             pack_gqa: true,
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
-            cluster_m: 0,
             ..fp
         };
         assert_eq!(

@@ -159,12 +159,8 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // hold a 2 to 4% higher clock, at the cost of the pair's blocks waiting for each
     // other's slots (bench/NOTES.md). Not on the tiles without pingpong or overlap, nor
     // with pack-GQA, which led nowhere unmasked.
-    let unmasked = spec.mask == MaskKind::None;
     out.extend(twins(&out, CLUSTER, 2, |c| {
-        let mut pair = c.clone();
-        pair.switches.insert(CLUSTER.to_string(), 2);
-        unmasked
-            && clusters(spec, &pair)
+        pairs_share_loads(spec, c)
             && c.switch(PINGPONG, 0) == 1
             && c.switch(OVERLAP, 0) == 1
             && c.switch(PACK_GQA, 0) == 0
@@ -172,14 +168,15 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     out
 }
 
-/// Blocks per cluster (1: none). Clusters share K/V loads by TMA between blocks that walk
-/// the same key tiles: unmasked, one block per tile, strided K/V.
+/// Blocks per cluster (1: none).
 fn cluster_m(c: &TileConfig) -> u32 {
     c.switch(CLUSTER, 0).max(1)
 }
 
-fn clusters(spec: &KernelSpec, c: &TileConfig) -> bool {
-    cluster_m(c) > 1 && tma(spec, c) && !persistent(c) && spec.mask == MaskKind::None
+/// Whether a cluster's blocks would walk the same key tiles and load them by TMA, so
+/// they can share the loads: unmasked, one block per tile, strided K/V.
+fn pairs_share_loads(spec: &KernelSpec, c: &TileConfig) -> bool {
+    tma(spec, c) && !persistent(c) && spec.mask == MaskKind::None
 }
 
 fn ws_config(
@@ -417,7 +414,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
                 .into(),
         );
     }
-    if cluster_m(c) > 1 && (cluster_m(c) != 2 || !clusters(spec, c)) {
+    if cluster_m(c) > 1 && (cluster_m(c) != 2 || !pairs_share_loads(spec, c)) {
         return reject(
             RejectKind::Shape,
             "clusters are of two blocks, on unmasked warp-specialised tiles with one block per tile and strided K/V (TMA)"
