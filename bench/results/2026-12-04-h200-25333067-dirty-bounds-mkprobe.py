@@ -3,7 +3,8 @@
 # 25333067: `python3 THIS BITS` from the repository root, BITS the sum of the probes
 # (1 no O/LSE store, 2 no Q reload, 4 no first softmax, 8 Q from fixed rows, 16 O to
 # fixed rows, 32 no O TMA store, 64 no O staging, 128 next Q a tile ahead, 256 O stored
-# a block late, 512/1024 odd blocks start 5000/10000 cycles late), then build.
+# a block late, 512/1024 odd blocks start 5000/10000 cycles late, 4096 shared O slot freed
+# after the next tile's first QK issue), then build.
 import sys
 bits = int(sys.argv[1])
 p='templates/include/fa4/hopper/kernel_ws.cuh'
@@ -165,4 +166,61 @@ s=s.replace(old, old + """
             }
         }
     }""")
+open(p,'w').write(s)
+s=open(p).read()
+# P4096: (shared O slot) the storing thread waits for its store's read and frees the slot
+# after its next tile's first QK issue instead of in its epilogue
+old="""        if constexpr (kSharedO) {
+            // Free once every thread has read its rows (store_rows) and the TMA store its
+            // chunk. (Both waits, whichever path ran: branching on o_by_tma here took
+            // ptxas's uniform registers off the main loop's descriptors, 471 -> 514
+            // instructions per iteration.)
+            named_barrier_sync(1 + consumer, 128);
+            if (tid == 0) {
+                tma_store_wait_read();
+                mbarrier_arrive(o_free);
+            }
+        }"""
+assert old in s
+s=s.replace(old, """        if constexpr (kSharedO) {
+            named_barrier_sync(1 + consumer, 128);
+            if constexpr (FA4_PROBE & 4096) {
+                o_pending = true;
+            } else if (tid == 0) {
+                tma_store_wait_read();
+                mbarrier_arrive(o_free);
+            }
+        }""")
+old="""    int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)"""
+assert old in s
+s=s.replace(old, """    bool o_pending = false;  // P4096: this consumer's last O store not yet waited for
+    auto free_o_slot = [&] {
+        if constexpr ((FA4_PROBE & 4096) && kSharedO) {
+            if (o_pending) {
+                if (tid == 0) {
+                    tma_store_wait_read();
+                    mbarrier_arrive(o_free);
+                }
+                o_pending = false;
+            }
+        }
+    };
+""" + old)
+old="""        auto qk_scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
+            take_turn();
+            issue_qk(tile, live);
+            pass_turn();"""
+assert old in s
+s=s.replace(old, old + """
+            if (tile == 0) free_o_slot();""")
+old="""    // Shared memory outlives the reads of the last TMA store.
+    if (T::kTma && tid == 0) tma_store_wait_read();"""
+assert old in s
+s=s.replace(old, """    free_o_slot();
+""" + old)
+old="""        if constexpr (kSharedO) {
+            // The slot's u-th use"""
+assert old in s
+s=s.replace(old, """        free_o_slot();  // a tile without key blocks left it pending
+""" + old)
 open(p,'w').write(s)
