@@ -33,10 +33,13 @@ impl WriteError {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WriteError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| WriteError::new(dir, e))?;
+    // Unique per call, not only per process: two threads may write the same path.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let tmp = dir.join(format!(
-        ".{}.tmp{}",
+        ".{}.tmp{}-{}",
         path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
+        std::process::id(),
+        WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
@@ -79,6 +82,26 @@ mod tests {
         write_atomic(&p, b"one").unwrap();
         write_atomic(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn threads_writing_one_path_all_succeed() {
+        // A plan that names one kernel twice compiles it on two threads at once; each
+        // write's temporary file must be its own, or one rename finds the other's gone.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("src/k.cu");
+        std::thread::scope(|s| {
+            for t in 0..8u8 {
+                let p = &p;
+                s.spawn(move || {
+                    for _ in 0..50 {
+                        write_atomic(p, &[t; 4096]).unwrap();
+                    }
+                });
+            }
+        });
         let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
         assert_eq!(names.len(), 1);
     }
