@@ -139,6 +139,15 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     out.extend(twins(&out, MUFU_TURNS, 1, |c| {
         masked && c.switch(PINGPONG, 0) == 1
     }));
+    // cuDNN's loop over 256 keys: two persistent consumers without intra-warpgroup
+    // overlap (P packed as S dies, so d64's S of 256 columns fits), turns at the MUFU on
+    // every mask (without them 0.89x). Half the key blocks of the 128-key tile, so half its
+    // per-block cost: 1.04 to 1.08x it at 512 to 2048 unmasked keys, level causal
+    // (bench/NOTES.md). Where shared memory holds 256 keys (d64).
+    let mut wide = ws_config(2, 256, 1, 0, 0);
+    wide.switches.insert(PERSISTENT.to_string(), 1);
+    wide.switches.insert(MUFU_TURNS.to_string(), 1);
+    out.push(wide);
     // The cap's fixed offset (bf16 soft-capped specs): a twin of every warp-specialised
     // tile.
     let capped_bf16 = spec.features.softcap && spec.dtype == Dtype::Bf16;
@@ -362,7 +371,14 @@ fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u
 /// loads'): a smaller allowance.
 pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     let allowance = if warp_specialized(c) { 24 } else { 64 };
-    spec.head_dim_v / 2 + c.block_n / 2 + c.block_n / 4 + allowance
+    // P (16 bits) beside S: all of it with intra-warpgroup overlap (P(j - 1) lives while S(j)
+    // fills); without it P is packed as S dies, so an eighth of S's columns at most.
+    let p_regs = if warp_specialized(c) && c.switch(OVERLAP, 0) == 0 {
+        c.block_n / 8
+    } else {
+        c.block_n / 4
+    };
+    spec.head_dim_v / 2 + c.block_n / 2 + p_regs + allowance
 }
 
 pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Rejection> {
@@ -982,6 +998,37 @@ mod tests {
     }
 
     #[test]
+    fn the_256_key_tile_without_overlap_is_d64s_alone() {
+        // cuDNN's loop over 256 keys, enumerated once per spec (turns at the MUFU on every
+        // mask), kept where S of 256 columns and its K/V stages fit: d64 only.
+        let wide = |hd, mask| {
+            let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, mask);
+            let found: Vec<_> = candidates(&spec)
+                .into_iter()
+                .filter(|c| c.block_n == 256)
+                .collect();
+            assert_eq!(found.len(), 1, "d{hd} {mask:?}: {found:?}");
+            let c = &found[0];
+            assert!(persistent(c) && c.switch(OVERLAP, 1) == 0 && c.switch(MUFU_TURNS, 0) == 1);
+            check(&spec, c).map(|fp| fp.est_registers)
+        };
+        for mask in [MaskKind::None, MaskKind::Causal, MaskKind::Local] {
+            // S 128 + O 32 + P packed as S dies (32) + 24: within the consumers' 224.
+            assert_eq!(wide(64, mask), Ok(216));
+            assert_eq!(wide(128, mask).unwrap_err().kind, RejectKind::SharedMemory);
+            assert_eq!(wide(256, mask).unwrap_err().kind, RejectKind::SharedMemory);
+        }
+        // With overlap, P(j - 1) lives beside S(j): the same tile would need 248.
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
+        let mut overlapped = ws_config(2, 256, 1, 1, 0);
+        overlapped.switches.insert(PERSISTENT.to_string(), 1);
+        assert_eq!(
+            check(&spec, &overlapped).unwrap_err().kind,
+            RejectKind::Registers
+        );
+    }
+
+    #[test]
     fn mufu_turns_take_pingpong_tiles_of_masked_specs() {
         let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
         let with = |mut c: TileConfig, switch: &str| {
@@ -1010,10 +1057,14 @@ mod tests {
         );
         let stage1 = with(config(2, 128, 2), MUFU_TURNS);
         assert_eq!(check(&spec, &stage1).unwrap_err().kind, RejectKind::Shape);
-        // Enumerated as a twin of every pingpong tile of a masked spec, of none unmasked.
+        // Enumerated as a twin of every pingpong tile of a masked spec, of none unmasked
+        // (the 256-key tile without overlap comes with its turns alone, on every mask:
+        // the_256_key_tile_without_overlap_is_d64s_alone).
         let turns = |spec: &KernelSpec| {
             let all = candidates(spec);
-            let pingpong = all.iter().filter(|c| c.switch(PINGPONG, 0) == 1);
+            let pingpong = all
+                .iter()
+                .filter(|c| c.switch(PINGPONG, 0) == 1 && c.block_n != 256);
             let (with, without): (Vec<_>, Vec<_>) =
                 pingpong.partition(|c| c.switch(MUFU_TURNS, 0) == 1);
             for c in &with {
