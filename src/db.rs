@@ -108,8 +108,8 @@ pub struct TimingPolicy {
     /// for records whose finals had no such warm-up (they are taken again).
     #[serde(default)]
     pub key_warmup_ms: f64,
-    /// Passes of the finals (every finalist timed once per pass, their median settled
-    /// time ranks), and over how many buffer sets they were spread (pass p on the p-th);
+    /// Passes of the finals (every finalist timed once per pass, the mean of its passes
+    /// ranks it), and over how many buffer sets they were spread (pass p on the p-th);
     /// 0 for records written before every key had passes on buffer sets of their own.
     #[serde(default)]
     pub final_passes: u32,
@@ -143,12 +143,14 @@ pub enum Outcome {
         spread: f64,
         tflops: f64,
         registers: u32,
-        /// Median milliseconds of the finals timing, after the clocks settled; None when
-        /// the candidate was no finalist or the finals have not run.
+        /// Milliseconds of the finals timing, after the clocks settled: the mean of its
+        /// passes (records written before 2026-12-04 stored their median here; where the
+        /// passes are stored, they decide: [`Candidate::settled_ms`]); None when the
+        /// candidate was no finalist or the finals have not run.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         settled_ms: Option<f64>,
         /// Every pass's finals timing, in order, where there were several (settled_ms
-        /// is their median); empty with one pass.
+        /// is their mean); empty with one pass.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         settled_passes: Vec<f64>,
         /// The timed kernel's machine-code identity (`compile::code::code_hash`): a
@@ -186,10 +188,16 @@ impl Candidate {
         .filter(|ms| ms.is_finite() && *ms > 0.0)
     }
 
-    /// Its settled time from the finals, if it has one.
+    /// Its settled time from the finals, if it has one: the mean of its passes where
+    /// there were several (each pass ran on a buffer set of its own, and an engine's
+    /// buffers land anywhere, so a set a kernel runs slow on is part of what it costs,
+    /// not noise to outvote), else the one settled time.
     pub fn settled_ms(&self) -> Option<f64> {
-        match self.outcome {
-            Outcome::Measured { settled_ms, .. } => settled_ms,
+        match &self.outcome {
+            Outcome::Measured { settled_passes, .. } if !settled_passes.is_empty() => {
+                Some(mean(settled_passes))
+            }
+            Outcome::Measured { settled_ms, .. } => *settled_ms,
             Outcome::Failed { .. } => None,
         }
         .filter(|ms| ms.is_finite() && *ms > 0.0)
@@ -219,8 +227,8 @@ impl Candidate {
         }
     }
 
-    /// Adds one pass's finals timing; its settled time becomes the median of its passes
-    /// (the mean of the middle two of an even count). A failed candidate takes none.
+    /// Adds one pass's finals timing; its settled time becomes the mean of its passes.
+    /// A failed candidate takes none.
     pub fn push_settled_pass(&mut self, ms: f64) {
         let mut passes = self.settled_passes();
         passes.push(ms);
@@ -230,22 +238,15 @@ impl Candidate {
             ..
         } = &mut self.outcome
         {
-            *settled_ms = Some(median(&passes));
+            *settled_ms = Some(mean(&passes));
             *settled_passes = if passes.len() > 1 { passes } else { Vec::new() };
         }
     }
 }
 
-/// The median of `values` (not empty), the mean of the middle two of an even count.
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+/// The mean of `values` (not empty).
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len() as f64
 }
 
 /// What [`TuningDb::carry_unchanged`] did: records moved to the current template
@@ -863,21 +864,26 @@ mod tests {
     }
 
     #[test]
-    fn several_passes_settle_at_their_median_and_one_pass_is_stored_as_before() {
+    fn several_passes_settle_at_their_mean_and_one_pass_is_stored_as_before() {
         let mut r = record(&[Some(1.0), Some(0.9)], 512, "H200");
         let c = &mut r.candidates[1];
         c.push_settled_pass(1.0);
         assert_eq!((c.settled_ms(), c.settled_passes()), (Some(1.0), vec![1.0]));
         let one = serde_json::to_string(&*c).unwrap();
         assert!(!one.contains("settled_passes"), "{one}");
-        // One slow outlier among three passes does not move the median.
+        // A pass on a buffer set the kernel runs slow on counts for a third.
         c.push_settled_pass(1.3);
         assert_eq!(c.settled_ms(), Some(1.15), "two passes: their mean");
         c.push_settled_pass(0.98);
-        assert_eq!(c.settled_ms(), Some(1.0));
+        assert!((c.settled_ms().unwrap() - 3.28 / 3.0).abs() < 1e-12);
         assert_eq!(c.settled_passes(), vec![1.0, 1.3, 0.98]);
         let text = serde_json::to_string(&*c).unwrap();
         assert_eq!(serde_json::from_str::<Candidate>(&text).unwrap(), *c);
+        // A record that stored its passes' median ranks by their mean all the same.
+        if let Outcome::Measured { settled_ms, .. } = &mut c.outcome {
+            *settled_ms = Some(1.0);
+        }
+        assert!((c.settled_ms().unwrap() - 3.28 / 3.0).abs() < 1e-12);
         // Dropping the settled time drops the passes; a failed candidate takes none.
         c.set_settled_ms(None);
         assert!(c.settled_passes().is_empty());

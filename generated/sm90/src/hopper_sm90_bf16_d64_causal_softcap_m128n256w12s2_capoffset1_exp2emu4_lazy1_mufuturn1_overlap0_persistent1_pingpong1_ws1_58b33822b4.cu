@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d256_none_m128n64w12s2_cluster2_lazy1_overlap1_pingpong1_ws1_4c670679ec
+// fa4-gen kernel hopper_sm90_bf16_d64_causal_softcap_m128n256w12s2_capoffset1_exp2emu4_lazy1_mufuturn1_overlap0_persistent1_pingpong1_ws1_58b33822b4
 // template  hopper_fwd.cu.tera (hash bf220fcb02fd7840)
-// spec      arch=sm90 dtype=bf16 head_dim=256 head_dim_v=256 mask=none features=none
-// config    block_m=128 block_n=64 warps=12 stages=2 cluster=2 lazy=1 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=bf16 head_dim=64 head_dim_v=64 mask=causal features=softcap
+// config    block_m=128 block_n=256 warps=12 stages=2 capoffset=1 exp2emu=4 lazy=1 mufuturn=1 overlap=0 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,43 +64,43 @@ struct Wgmma<256, true> {
 
 struct KernelConfig {
     using Element = fa4::bf16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::None;
-    static constexpr int kHeadDim = 256;
-    static constexpr int kHeadDimV = 256;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
+    static constexpr int kHeadDim = 64;
+    static constexpr int kHeadDimV = 64;
     static constexpr int kWarpgroups = 2;
-    static constexpr int kBlockN = 64;
+    static constexpr int kBlockN = 256;
     static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
-    static constexpr bool kSoftcap = false;
+    static constexpr bool kSoftcap = true;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
     static constexpr bool kWarpSpecialized = true;
     static constexpr bool kPingpong = true;
-    static constexpr bool kOverlap = true;
+    static constexpr bool kOverlap = false;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = false;
-    static constexpr int kOSlots = 0;
-    static constexpr int kQBuffers = 1;
+    static constexpr bool kPersistent = true;
+    static constexpr int kOSlots = 2;
+    static constexpr int kQBuffers = 2;
     static constexpr bool kLazyRescale = true;
-    static constexpr int kExp2EmuEvery = 0;
-    static constexpr bool kCapOffset = false;
+    static constexpr int kExp2EmuEvery = 4;
+    static constexpr bool kCapOffset = true;
     static constexpr bool kHalfFirst = false;
-    static constexpr bool kMufuTurns = false;
+    static constexpr bool kMufuTurns = true;
     static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 40;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 232;
-    static constexpr int kClusterM = 2;
+    static constexpr int kProducerRegs = 56;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 224;
+    static constexpr int kClusterM = 1;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 196704, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 180360, "shared memory differs from the config space's model");
 static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
 static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");
 
 // Q/K/V loaded and O stored by TMA: the argument block carries their tensor maps.
 extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)
-__cluster_dims__(2, 1, 1) fa4_fwd(const __grid_constant__ fa4::hopper::TmaFwdParams params) {
+fa4_fwd(const __grid_constant__ fa4::hopper::TmaFwdParams params) {
     fa4::hopper::forward_warp_specialized<KernelConfig>(params.fwd,
                                                         {&params.q_map, &params.k_map, &params.v_map, &params.o_map},
                                                         params.split);

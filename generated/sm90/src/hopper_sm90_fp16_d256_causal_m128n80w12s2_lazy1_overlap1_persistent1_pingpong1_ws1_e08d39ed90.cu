@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d256_none_m128n80w12s2_cluster2_lazy1_overlap1_pingpong1_ws1_b98bbecc58
+// fa4-gen kernel hopper_sm90_fp16_d256_causal_m128n80w12s2_lazy1_overlap1_persistent1_pingpong1_ws1_e08d39ed90
 // template  hopper_fwd.cu.tera (hash bf220fcb02fd7840)
-// spec      arch=sm90 dtype=fp16 head_dim=256 head_dim_v=256 mask=none features=none
-// config    block_m=128 block_n=80 warps=12 stages=2 cluster=2 lazy=1 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=fp16 head_dim=256 head_dim_v=256 mask=causal features=none
+// config    block_m=128 block_n=80 warps=12 stages=2 lazy=1 overlap=1 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,7 +64,7 @@ struct Wgmma<256, false> {
 
 struct KernelConfig {
     using Element = fa4::fp16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::None;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
     static constexpr int kHeadDim = 256;
     static constexpr int kHeadDimV = 256;
     static constexpr int kWarpgroups = 2;
@@ -78,7 +78,7 @@ struct KernelConfig {
     static constexpr bool kPingpong = true;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = false;
+    static constexpr bool kPersistent = true;
     static constexpr int kOSlots = 0;
     static constexpr int kQBuffers = 1;
     static constexpr bool kLazyRescale = true;
@@ -87,9 +87,9 @@ struct KernelConfig {
     static constexpr bool kHalfFirst = false;
     static constexpr bool kMufuTurns = false;
     static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 40;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 232;
-    static constexpr int kClusterM = 2;
+    static constexpr int kProducerRegs = 56;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 224;
+    static constexpr int kClusterM = 1;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
@@ -100,7 +100,7 @@ static_assert(KernelTraits::kThreads == 384, "threads differ from the config spa
 
 // Q/K/V loaded and O stored by TMA: the argument block carries their tensor maps.
 extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)
-__cluster_dims__(2, 1, 1) fa4_fwd(const __grid_constant__ fa4::hopper::TmaFwdParams params) {
+fa4_fwd(const __grid_constant__ fa4::hopper::TmaFwdParams params) {
     fa4::hopper::forward_warp_specialized<KernelConfig>(params.fwd,
                                                         {&params.q_map, &params.k_map, &params.v_map, &params.o_map},
                                                         params.split);

@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d128_local_softcap_m192n64w16s2_capoffset1_overlap1_pingpong1_ws1_1e083008ef
+// fa4-gen kernel hopper_sm90_bf16_d128_local_m64n64w8s2_lazy1_overlap1_persistent1_pingpong0_ws1_ef1052acce
 // template  hopper_fwd.cu.tera (hash bf220fcb02fd7840)
-// spec      arch=sm90 dtype=bf16 head_dim=128 head_dim_v=128 mask=local features=softcap
-// config    block_m=192 block_n=64 warps=16 stages=2 capoffset=1 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=bf16 head_dim=128 head_dim_v=128 mask=local features=none
+// config    block_m=64 block_n=64 warps=8 stages=2 lazy=1 overlap=1 persistent=1 pingpong=0 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -90,36 +90,36 @@ struct KernelConfig {
     static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
     static constexpr int kHeadDim = 128;
     static constexpr int kHeadDimV = 128;
-    static constexpr int kWarpgroups = 3;
+    static constexpr int kWarpgroups = 1;
     static constexpr int kBlockN = 64;
     static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
-    static constexpr bool kSoftcap = true;
+    static constexpr bool kSoftcap = false;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
     static constexpr bool kWarpSpecialized = true;
-    static constexpr bool kPingpong = true;
+    static constexpr bool kPingpong = false;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = false;
-    static constexpr int kOSlots = 0;
-    static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kPersistent = true;
+    static constexpr int kOSlots = 1;
+    static constexpr int kQBuffers = 2;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
-    static constexpr bool kCapOffset = true;
+    static constexpr bool kCapOffset = false;
     static constexpr bool kHalfFirst = true;
     static constexpr bool kMufuTurns = false;
-    static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 32;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 160;
+    static constexpr int kBlocksPerSm = 2;
+    static constexpr int kProducerRegs = 56;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 200;
     static constexpr int kClusterM = 1;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 114800, "shared memory differs from the config space's model");
-static_assert(KernelTraits::kBlockM == 192, "block_m differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 114784, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kBlockM == 64, "block_m differs from the config space's model");
 
-static_assert(KernelTraits::kThreads == 512, "threads differ from the config space's model");
+static_assert(KernelTraits::kThreads == 256, "threads differ from the config space's model");
 
 // Q/K/V loaded and O stored by TMA: the argument block carries their tensor maps.
 extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)

@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d192_causal_softcap_m128n80w12s2_lazy1_mufuturn1_overlap1_pingpong1_ws1_8f7ee06fbb
+// fa4-gen kernel hopper_sm90_fp16_d192_local_softcap_m128n80w12s2_overlap1_pingpong1_ws1_4bdd4d6bcf
 // template  hopper_fwd.cu.tera (hash bf220fcb02fd7840)
-// spec      arch=sm90 dtype=fp16 head_dim=192 head_dim_v=192 mask=causal features=softcap
-// config    block_m=128 block_n=80 warps=12 stages=2 lazy=1 mufuturn=1 overlap=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=fp16 head_dim=192 head_dim_v=192 mask=local features=softcap
+// config    block_m=128 block_n=80 warps=12 stages=2 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -64,7 +64,7 @@ struct Wgmma<192, false> {
 
 struct KernelConfig {
     using Element = fa4::fp16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
     static constexpr int kHeadDim = 192;
     static constexpr int kHeadDimV = 192;
     static constexpr int kWarpgroups = 2;
@@ -81,11 +81,11 @@ struct KernelConfig {
     static constexpr bool kPersistent = false;
     static constexpr int kOSlots = 0;
     static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = true;
+    static constexpr bool kLazyRescale = false;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kCapOffset = false;
     static constexpr bool kHalfFirst = false;
-    static constexpr bool kMufuTurns = true;
+    static constexpr bool kMufuTurns = false;
     static constexpr int kBlocksPerSm = 1;
     static constexpr int kProducerRegs = 40;  // 0: no reallocation
     static constexpr int kConsumerRegs = 232;
@@ -93,7 +93,7 @@ struct KernelConfig {
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 172136, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 172128, "shared memory differs from the config space's model");
 static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
 static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");

@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d256_causal_m128n64w12s2_overlap1_persistent1_pingpong1_ws1_9a6c451f3c
+// fa4-gen kernel hopper_sm90_fp16_d256_none_m128n80w12s2_lazy1_overlap1_pingpong1_ws1_1cd21c7d52
 // template  hopper_fwd.cu.tera (hash bf220fcb02fd7840)
-// spec      arch=sm90 dtype=fp16 head_dim=256 head_dim_v=256 mask=causal features=none
-// config    block_m=128 block_n=64 warps=12 stages=2 overlap=1 persistent=1 pingpong=1 ws=1
+// spec      arch=sm90 dtype=fp16 head_dim=256 head_dim_v=256 mask=none features=none
+// config    block_m=128 block_n=80 warps=12 stages=2 lazy=1 overlap=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -14,24 +14,24 @@ namespace hopper {
 // (layout in wgmma.cuh); `accumulate` 0 overwrites them (scale-d), 1 adds.
 
 template <>
-struct Wgmma<64, false> {
+struct Wgmma<80, false> {
     // A and B from shared memory (both K-major).
-    __device__ __forceinline__ static void ss(float (&d)[32], u64 a, u64 b, int accumulate) {
+    __device__ __forceinline__ static void ss(float (&d)[40], u64 a, u64 b, int accumulate) {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
             : "l"(a), "l"(b), "r"(accumulate));
     }
     // A from registers (4 x b32, mma.sync's A fragment), B from shared memory MN-major.
-    __device__ __forceinline__ static void rs(float (&d)[32], const u32 (&a)[4], u64 b, int accumulate) {
+    __device__ __forceinline__ static void rs(float (&d)[40], const u32 (&a)[4], u64 b, int accumulate) {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, "
-            "%36, p, 1, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %45, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, "
+            "%44, p, 1, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
     }
 };
@@ -64,11 +64,11 @@ struct Wgmma<256, false> {
 
 struct KernelConfig {
     using Element = fa4::fp16;
-    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Causal;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::None;
     static constexpr int kHeadDim = 256;
     static constexpr int kHeadDimV = 256;
     static constexpr int kWarpgroups = 2;
-    static constexpr int kBlockN = 64;
+    static constexpr int kBlockN = 80;
     static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
     static constexpr bool kSoftcap = false;
@@ -78,22 +78,22 @@ struct KernelConfig {
     static constexpr bool kPingpong = true;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = true;
-    static constexpr int kOSlots = 1;
+    static constexpr bool kPersistent = false;
+    static constexpr int kOSlots = 0;
     static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = false;
+    static constexpr bool kLazyRescale = true;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kCapOffset = false;
     static constexpr bool kHalfFirst = false;
     static constexpr bool kMufuTurns = false;
     static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 56;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 224;
+    static constexpr int kProducerRegs = 40;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 232;
     static constexpr int kClusterM = 1;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 229480, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 229472, "shared memory differs from the config space's model");
 static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
 static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");

@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_bf16_d128_local_softcap_m64n64w8s2_capoffset1_lazy1_overlap1_persistent1_pingpong0_ws1_1dd513c9a9
+// fa4-gen kernel hopper_sm90_bf16_d128_local_m128n128w12s2_overlap1_pingpong0_ws1_3cebbefa54
 // template  hopper_fwd.cu.tera (hash bf220fcb02fd7840)
-// spec      arch=sm90 dtype=bf16 head_dim=128 head_dim_v=128 mask=local features=softcap
-// config    block_m=64 block_n=64 warps=8 stages=2 capoffset=1 lazy=1 overlap=1 persistent=1 pingpong=0 ws=1
+// spec      arch=sm90 dtype=bf16 head_dim=128 head_dim_v=128 mask=local features=none
+// config    block_m=128 block_n=128 warps=12 stages=2 overlap=1 pingpong=0 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -12,29 +12,6 @@ namespace fa4 {
 namespace hopper {
 // wgmma.m64nNk16 for the N this kernel uses: d holds the thread's N/2 f32 accumulators
 // (layout in wgmma.cuh); `accumulate` 0 overwrites them (scale-d), 1 adds.
-
-template <>
-struct Wgmma<32, true> {
-    // A and B from shared memory (both K-major).
-    __device__ __forceinline__ static void ss(float (&d)[16], u64 a, u64 b, int accumulate) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "l"(a), "l"(b), "r"(accumulate));
-    }
-    // A from registers (4 x b32, mma.sync's A fragment), B from shared memory MN-major.
-    __device__ __forceinline__ static void rs(float (&d)[16], const u32 (&a)[4], u64 b, int accumulate) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, "
-            "%20, p, 1, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-    }
-};
 
 template <>
 struct Wgmma<64, true> {
@@ -90,36 +67,36 @@ struct KernelConfig {
     static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
     static constexpr int kHeadDim = 128;
     static constexpr int kHeadDimV = 128;
-    static constexpr int kWarpgroups = 1;
-    static constexpr int kBlockN = 64;
+    static constexpr int kWarpgroups = 2;
+    static constexpr int kBlockN = 128;
     static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
-    static constexpr bool kSoftcap = true;
+    static constexpr bool kSoftcap = false;
     static constexpr bool kPaged = false;
     static constexpr bool kPackGqa = false;
     static constexpr bool kWarpSpecialized = true;
     static constexpr bool kPingpong = false;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = true;
-    static constexpr int kOSlots = 1;
-    static constexpr int kQBuffers = 2;
-    static constexpr bool kLazyRescale = true;
+    static constexpr bool kPersistent = false;
+    static constexpr int kOSlots = 0;
+    static constexpr int kQBuffers = 1;
+    static constexpr bool kLazyRescale = false;
     static constexpr int kExp2EmuEvery = 0;
-    static constexpr bool kCapOffset = true;
+    static constexpr bool kCapOffset = false;
     static constexpr bool kHalfFirst = true;
     static constexpr bool kMufuTurns = false;
-    static constexpr int kBlocksPerSm = 2;
-    static constexpr int kProducerRegs = 56;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 200;
+    static constexpr int kBlocksPerSm = 1;
+    static constexpr int kProducerRegs = 40;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 232;
     static constexpr int kClusterM = 1;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 114784, "shared memory differs from the config space's model");
-static_assert(KernelTraits::kBlockM == 64, "block_m differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 163936, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
-static_assert(KernelTraits::kThreads == 256, "threads differ from the config space's model");
+static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");
 
 // Q/K/V loaded and O stored by TMA: the argument block carries their tensor maps.
 extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)
