@@ -365,6 +365,9 @@ pub struct Session<'a> {
     pub template_hash: &'a dyn Fn(Template) -> String,
     /// No new measurement starts after this.
     pub deadline: Option<Instant>,
+    /// Take every key's finals again, side by side in this run, even where they are
+    /// complete (`tune --retake-finals`: after a GPU, driver or clock change).
+    pub retake_finals: bool,
 }
 
 /// Tunes the `keys` of one spec with its built `kernels` (the heuristic default first,
@@ -482,7 +485,7 @@ pub fn tune_spec(
     let standing: Vec<bool> = records
         .iter()
         .zip(&carried_finals)
-        .map(|(r, kept)| finals_stand(r, kept))
+        .map(|(r, kept)| !session.retake_finals && finals_stand(r, kept))
         .collect();
     progress.planned(
         records
@@ -495,12 +498,21 @@ pub fn tune_spec(
     );
 
     // The finals: every key's finalists re-timed after settling, in FINAL_PASSES passes,
-    // each on its own buffer set and written as it is taken, like the screening above. A
-    // finalist short of its passes (never timed, or a timing failed) is timed on every
-    // run until it has them; one whose timing fails sits out the rest of this run.
+    // each on its own buffer set and written as it is taken, like the screening above.
+    // They are compared side by side: a key whose finalists are not all settled (one new
+    // to the key, or a run stopped among its finals) takes every finalist's passes again
+    // in this run, and candidates that are no longer finalists lose theirs, so no pass
+    // taken on another day or GPU (1 to 3% apart between two H200s: bench/NOTES.md) meets
+    // one of this run. One whose timing fails sits out the rest of this run.
     for (n, record) in records.iter_mut().enumerate() {
         let key = Key::of(record);
         let chosen = finalists(record);
+        if !standing[n] && (session.retake_finals || !finals_complete(record)) {
+            record
+                .candidates
+                .iter_mut()
+                .for_each(|c| c.set_settled_ms(None));
+        }
         if standing[n] {
             let kept = &carried_finals[n];
             for &i in &chosen {
@@ -717,15 +729,17 @@ fn carried_outcome(stale: &[Candidate], kernel: &TuneKernel) -> Option<(Outcome,
 }
 
 /// The configs a tune of `keys` (one spec's) still has to build and time: those some
-/// current record lacks, and the finalists short of their passes; None when some key
-/// has no current record (every candidate is screened there). A run that only tops up
-/// the finals so compiles the finalists alone, not the spec's whole space.
+/// current record lacks, and every finalist of a key whose finals are to be taken (some
+/// finalist short of its passes, or `retake_finals`); None when some key has no current
+/// record (every candidate is screened there). A run that only takes finals so compiles
+/// the finalists alone, not the spec's whole space.
 pub fn configs_to_time(
     db: &TuningDb,
     device: &Device,
     template_hash: &dyn Fn(Template) -> String,
     keys: &[Key],
     planned: &[TileConfig],
+    retake_finals: bool,
 ) -> Result<Option<Vec<TileConfig>>, TuneError> {
     let mut needed: Vec<TileConfig> = Vec::new();
     for key in keys {
@@ -738,14 +752,24 @@ pub fn configs_to_time(
                 needed.push(config.clone());
             }
         }
-        for i in finalists(&record) {
-            let c = &record.candidates[i];
-            if c.settled_passes().len() < FINAL_PASSES && !needed.contains(&c.config) {
-                needed.push(c.config.clone());
+        // A key whose finals are to be taken times all its finalists again (tune_spec).
+        if retake_finals || !finals_complete(&record) {
+            for i in finalists(&record) {
+                let c = &record.candidates[i];
+                if !needed.contains(&c.config) {
+                    needed.push(c.config.clone());
+                }
             }
         }
     }
     Ok(Some(needed))
+}
+
+/// Whether every finalist of `record` has its FINAL_PASSES passes.
+fn finals_complete(record: &Record) -> bool {
+    finalists(record)
+        .iter()
+        .all(|&i| record.candidates[i].settled_passes().len() >= FINAL_PASSES)
 }
 
 /// The indices of `record`'s finalists: candidate 0 (the default) if it was measured,
@@ -1174,6 +1198,7 @@ mod tests {
             device: device(),
             template_hash: &current,
             deadline: None,
+            retake_finals: false,
         };
         tune_spec(&session, keys, ks, m, progress).unwrap()
     }
@@ -1333,6 +1358,7 @@ mod tests {
             device: device(),
             template_hash: &h2,
             deadline: Some(Instant::now()),
+            retake_finals: false,
         };
         let mut m = Scripted::new(&next, None, Duration::ZERO);
         let (counts, stopped) = tune_spec(&session, &keys, &next, &mut m, &Silent).unwrap();
@@ -1495,6 +1521,7 @@ mod tests {
             device: device(),
             template_hash: &current,
             deadline: Some(Instant::now() + Duration::from_millis(50)),
+            retake_finals: false,
         };
         let mut m = Scripted::new(&ks, None, Duration::from_millis(20));
         let (_, stopped) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
@@ -1749,7 +1776,7 @@ mod tests {
     }
 
     #[test]
-    fn a_deadline_or_a_crash_in_the_finals_resumes_with_the_missing_finalists() {
+    fn a_key_stopped_among_its_finals_takes_them_all_again_side_by_side() {
         let dir = tempfile::tempdir().unwrap();
         let db = TuningDb::open(&dir.path().join("db")).unwrap();
         let ks = kernels(6);
@@ -1763,13 +1790,14 @@ mod tests {
                 .sum()
         };
         // The deadline passes while the first finalist is timed: the screening is
-        // whole, one finalist is settled.
+        // whole, one finalist has one pass.
         let deadline = Instant::now() + Duration::from_millis(1500);
         let session = Session {
             db: &db,
             device: device(),
             template_hash: &current,
             deadline: Some(deadline),
+            retake_finals: false,
         };
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         m.finals_until = Some(deadline);
@@ -1777,9 +1805,11 @@ mod tests {
         assert!(stopped);
         assert_eq!((m.timings.get(), m.finals(), counts.finals), (12, 1, 1));
         assert_eq!(settled(&db), 1);
-        // The GPU fails at the third finals timing of the next run: two more kept.
+        // The next run takes that key's finals again from the start (the pass from the
+        // last run goes: it would meet this run's); the GPU fails at its third timing.
         let session = Session {
             deadline: None,
+            retake_finals: false,
             ..session
         };
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
@@ -1789,14 +1819,14 @@ mod tests {
             Err(TuneError::Gpu(_))
         ));
         assert_eq!((m.checks.get(), m.timings.get(), m.finals()), (0, 0, 2));
-        assert_eq!(settled(&db), 3);
-        // The next run times only the missing finalists; then nothing is left.
+        assert_eq!(settled(&db), 2, "this run's two passes alone");
+        // The next run takes every finalist of both keys in one run; then nothing is left.
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         let (counts, stopped) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
         assert!(!stopped);
         assert_eq!(
             (m.timings.get(), counts.finals),
-            (0, finals_for(&[512, 4096]) - 3)
+            (0, finals_for(&[512, 4096]))
         );
         for r in db.records().unwrap() {
             let settled: Vec<usize> = settled_of(&r, &ks).into_iter().map(|s| s.0).collect();
@@ -1805,6 +1835,61 @@ mod tests {
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         let (counts, _) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
         assert_eq!((m.timings.get(), m.finals(), counts.finals), (0, 0, 0));
+        // --retake-finals takes them all again, and screens nothing.
+        let session = Session {
+            retake_finals: true,
+            ..session
+        };
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        let (counts, _) = tune_spec(&session, &keys, &ks, &mut m, &Silent).unwrap();
+        assert_eq!(
+            (m.timings.get(), counts.finals),
+            (0, finals_for(&[512, 4096]))
+        );
+        assert_eq!(settled(&db), finals_for(&[512, 4096]));
+    }
+
+    #[test]
+    fn a_new_finalist_has_the_keys_finals_taken_again_side_by_side() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TuningDb::open(&dir.path().join("db")).unwrap();
+        let current = |_: Template| "h1".to_string();
+        let session = Session {
+            db: &db,
+            device: device(),
+            template_hash: &current,
+            deadline: None,
+            retake_finals: false,
+        };
+        // Four candidates, all finalists, their finals taken.
+        let ks = kernels(5);
+        let mut m = Scripted::new(&ks[..4], None, Duration::ZERO);
+        tune_spec(&session, &keys(&[512]), &ks[..4], &mut m, &Silent).unwrap();
+        let old: Vec<Vec<f64>> = db.records().unwrap()[0]
+            .candidates
+            .iter()
+            .map(|c| c.settled_passes())
+            .collect();
+        assert!(old.iter().all(|p| p.len() == FINAL_PASSES));
+        // A fifth, new to the space, screens faster than k3 on a GPU that runs 10%
+        // slower: every finalist is timed again in this run, not the new one alone
+        // beside passes of the last run, and k3, no longer a finalist, loses its passes.
+        let mut m = Scripted::new(&ks, None, Duration::ZERO);
+        m.screened = BTreeMap::from([(4, 0.8)]);
+        m.settled = BTreeMap::from([(0, 1.1), (1, 1.1), (2, 1.1), (3, 1.1), (4, 1.1)]);
+        let (counts, _) = tune_spec(&session, &keys(&[512]), &ks, &mut m, &Silent).unwrap();
+        assert_eq!(
+            (m.timings.get(), counts.finals),
+            (1, FINALISTS * FINAL_PASSES)
+        );
+        let r = &db.records().unwrap()[0];
+        let k3 = r
+            .candidates
+            .iter()
+            .find(|c| c.kernel == ks[3].built.id.0)
+            .unwrap();
+        assert!(k3.settled_passes().is_empty(), "no longer a finalist");
+        assert!(finals_complete(r));
     }
 
     #[test]
@@ -1866,8 +1951,9 @@ mod tests {
             .iter()
             .map(|k| k.built.candidate.config.clone())
             .collect();
-        let to_time =
-            |keys: &[Key]| configs_to_time(&db, &device(), &current, keys, &configs).unwrap();
+        let to_time = |keys: &[Key]| {
+            configs_to_time(&db, &device(), &current, keys, &configs, false).unwrap()
+        };
         let finalists: Vec<TileConfig> = [0, 2, 1, 3].iter().map(|&i| configs[i].clone()).collect();
         assert_eq!(to_time(&keys(&[512, 4096])), Some(finalists));
         assert_eq!(

@@ -40,6 +40,11 @@ pub struct TuneArgs {
     /// The tuning database [default: tuning-db/<arch>.sled].
     #[arg(long)]
     pub db: Option<PathBuf>,
+    /// Take every key's finals again, side by side in this run, even where they are
+    /// complete (after a change of GPU, driver or clocks; finals are otherwise taken
+    /// again only where a key's finalists change).
+    #[arg(long)]
+    pub retake_finals: bool,
     /// Render, compile and prune without a GPU: no checking, no timing.
     #[arg(long)]
     pub compile_only: bool,
@@ -200,9 +205,14 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
                 .collect();
             let configs: Vec<TileConfig> =
                 planned.iter().map(|p| p.candidate.config.clone()).collect();
-            if let Some(needed) =
-                tune::configs_to_time(db, device, &template_hash, &spec_keys, &configs)?
-            {
+            if let Some(needed) = tune::configs_to_time(
+                db,
+                device,
+                &template_hash,
+                &spec_keys,
+                &configs,
+                a.retake_finals,
+            )? {
                 planned.retain(|p| needed.contains(&p.candidate.config));
             }
         }
@@ -275,6 +285,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
                 device: device.clone().expect("a device with a GPU"),
                 template_hash: &template_hash,
                 deadline,
+                retake_finals: a.retake_finals,
             };
             let (counts, hit_deadline) = tune::tune_spec(
                 &session,

@@ -46,6 +46,11 @@ pub const CAP_OFFSET: &str = super::portable::CAP_OFFSET;
 /// Switch (pingpong): the consumers take turns at the MUFU (around each block's
 /// exponentials) instead of at the tensor cores (around each GEMM issue).
 pub const MUFU_TURNS: &str = "mufuturn";
+/// Switch (masked tiles with turns at the MUFU and no half first block, value 1): a
+/// consumer that sees none of its tile's first key block (the first of two consumers under
+/// causal's diagonal with 64- or 80-key blocks) skips that block's GEMMs and softmax and
+/// only takes and passes its turn at the MUFU, which keeps the pair's softmaxes in turn.
+pub const HIDDEN_FIRST: &str = "hidden";
 /// Switch (unmasked warp-specialised TMA tiles, one block per tile): blocks per cluster
 /// along m (value 2; 0 off). The cluster's blocks hold consecutive m-blocks of one head,
 /// so they read the same K/V tiles: each loads a share of every tile and multicasts it
@@ -144,6 +149,13 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // every mask (without them 0.89x). Half the key blocks of the 128-key tile, so half its
     // per-block cost: 1.04 to 1.08x it at 512 to 2048 unmasked keys, level causal
     // (bench/NOTES.md). Where shared memory holds 256 keys (d64).
+    // The first consumer's hidden first block skipped but for its MUFU turn, on the masked
+    // tiles with turns at the MUFU that have no half first block (head dims past 128):
+    // 1.5 to 3% over their twins on d256 causal from 1024 keys, level at 512
+    // (bench/NOTES.md).
+    out.extend(twins(&out, HIDDEN_FIRST, 1, |c| {
+        masked && spec.head_dim_v > 128 && c.switch(MUFU_TURNS, 0) == 1
+    }));
     let mut wide = ws_config(2, 256, 1, 0, 0);
     wide.switches.insert(PERSISTENT.to_string(), 1);
     wide.switches.insert(MUFU_TURNS.to_string(), 1);
@@ -437,6 +449,16 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
                 .into(),
         );
     }
+    if c.switch(HIDDEN_FIRST, 0) == 1
+        && (c.switch(MUFU_TURNS, 0) != 1
+            || spec.mask == MaskKind::None
+            || half_first_block(spec, c))
+    {
+        return reject(
+            RejectKind::Shape,
+            "hidden: a masked tile with turns at the MUFU and no half first block".into(),
+        );
+    }
     if c.switch(MUFU_TURNS, 0) == 1 && c.switch(PINGPONG, 0) != 1 {
         return reject(
             RejectKind::Shape,
@@ -703,6 +725,7 @@ pub(super) fn render_values(
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("cap_offset", json!(c.switch(CAP_OFFSET, 0) == 1)),
         ("half_first", json!(half_first)),
+        ("hidden_first", json!(c.switch(HIDDEN_FIRST, 0) == 1)),
         ("mufu_turns", json!(c.switch(MUFU_TURNS, 0) == 1)),
         ("cluster_m", json!(cluster_m(c))),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
@@ -995,6 +1018,56 @@ mod tests {
             "two blocks over 128 keys need 354 KiB"
         );
         assert_eq!(fits(256), vec![], "no d256 tile fits twice");
+    }
+
+    #[test]
+    fn the_hidden_first_block_is_a_twin_of_masked_mufu_turn_tiles_past_d128() {
+        let hidden = |hd, mask| {
+            let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, mask);
+            let all = candidates(&spec);
+            let twins: Vec<&TileConfig> = all
+                .iter()
+                .filter(|c| c.switch(HIDDEN_FIRST, 0) == 1)
+                .collect();
+            for c in &twins {
+                // Each is a twin of a tile with turns at the MUFU that the space also offers.
+                let mut plain = (*c).clone();
+                plain.switches.remove(HIDDEN_FIRST);
+                assert!(
+                    all.contains(&plain) && plain.switch(MUFU_TURNS, 0) == 1,
+                    "{c:?}"
+                );
+                assert!(!half_first_block(&spec, c));
+            }
+            twins.len()
+        };
+        for mask in [MaskKind::Causal, MaskKind::Local] {
+            assert!(hidden(256, mask) > 0 && hidden(192, mask) > 0, "{mask:?}");
+            // Up to d128 the half path covers a hidden block.
+            assert_eq!((hidden(64, mask), hidden(128, mask)), (0, 0), "{mask:?}");
+        }
+        assert_eq!(
+            hidden(256, MaskKind::None),
+            0,
+            "nothing is hidden without a mask"
+        );
+        // check() holds the switch to where it is defined.
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
+        let mut c = ws_config(2, 64, 1, 1, 0);
+        c.switches.insert(HIDDEN_FIRST.to_string(), 1);
+        assert_eq!(
+            check(&spec, &c).unwrap_err().kind,
+            RejectKind::Shape,
+            "GEMM turns"
+        );
+        c.switches.insert(MUFU_TURNS.to_string(), 1);
+        assert!(check(&spec, &c).is_ok());
+        let d128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+        assert_eq!(
+            check(&d128, &c).unwrap_err().kind,
+            RejectKind::Shape,
+            "the half path's"
+        );
     }
 
     #[test]

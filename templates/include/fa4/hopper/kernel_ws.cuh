@@ -377,24 +377,14 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         // are done with it, and each block's share lands in all of them.
                         mbarrier_wait(empty_k(slot), free_parity);
                         mbarrier_arrive_expect_tx(full_k(slot), T::kSmemK * 2);
-                        if constexpr (kCluster > 1) {
-                            tma_load_tile_multicast<T::kHeadDim, T::kBlockN, kCluster>(
-                                k_smem_addr + slot * T::kSmemK * 2, maps.k, full_k(slot), row, w.kv_head,
-                                batch_coord, cluster_rank_m);
-                        } else {
-                            tma_load_tile<T::kHeadDim, T::kBlockN>(k_smem_addr + slot * T::kSmemK * 2, maps.k,
-                                                                   full_k(slot), row, w.kv_head, batch_coord);
-                        }
+                        tma_load_ring_tile<T::kHeadDim, T::kBlockN, kCluster>(k_smem_addr + slot * T::kSmemK * 2,
+                                                                              maps.k, full_k(slot), row, w.kv_head,
+                                                                              batch_coord, cluster_rank_m);
                         mbarrier_wait(empty_v(slot), free_parity);
                         mbarrier_arrive_expect_tx(full_v(slot), T::kSmemV * 2);
-                        if constexpr (kCluster > 1) {
-                            tma_load_tile_multicast<T::kHeadDimV, T::kBlockN, kCluster>(
-                                v_smem_addr + slot * T::kSmemV * 2, maps.v, full_v(slot), row, w.kv_head,
-                                batch_coord, cluster_rank_m);
-                        } else {
-                            tma_load_tile<T::kHeadDimV, T::kBlockN>(v_smem_addr + slot * T::kSmemV * 2, maps.v,
-                                                                    full_v(slot), row, w.kv_head, batch_coord);
-                        }
+                        tma_load_ring_tile<T::kHeadDimV, T::kBlockN, kCluster>(v_smem_addr + slot * T::kSmemV * 2,
+                                                                               maps.v, full_v(slot), row, w.kv_head,
+                                                                               batch_coord, cluster_rank_m);
                     }
                 }
             } else {
@@ -534,28 +524,39 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         using Half = LiveTiles<kNTiles / 2>;
         const bool half_first =
             kHalfFirst && n_tiles > 0 && wg_col_end - (n_end - 1) * T::kBlockN <= T::kBlockN / 2;
+        // Without the half path (kHiddenFirst, head dims past 128): a first block this
+        // consumer sees none of goes down a path of no live fragments, with no GEMM and no
+        // exponential; its slots are waited for and freed, and its turn at the MUFU is
+        // taken and passed so that the pair's softmaxes stay in turn (skipped with turns at
+        // the GEMMs instead, one consumer ran into its second softmax during the other's
+        // first: 0.94x, bench/NOTES.md).
+        constexpr bool kHiddenFirst = T::kHiddenFirst;
+        using Hidden = LiveTiles<0>;
+        const bool hidden_first = kHiddenFirst && n_tiles > 0 && wg_col_end <= (n_end - 1) * T::kBlockN;
 
         // ---- QK GEMM: S = Q K^T over the live fragments (wgmma SS), issued only -------------
         auto issue_qk = [&](int tile, auto live) {
             constexpr int kLive = decltype(live)::value;
-            using Mma = Wgmma<kLive * 8, kBf16>;
             const int slot = (it + tile) % kStages;
             mbarrier_wait(full_k(slot), ((it + tile) / kStages) & 1);
-            // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
-            if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-            const u32 k_tile = k_smem_addr + slot * T::kSmemK * 2;
-            wgmma_fence();
+            if constexpr (kLive > 0) {
+                using Mma = Wgmma<kLive * 8, kBf16>;
+                // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
+                if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
+                const u32 k_tile = k_smem_addr + slot * T::kSmemK * 2;
+                wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                const u64 q_desc = k_major_desc<LayoutQ>(q_tile, ks);
-                const u64 k_desc = k_major_desc<typename T::LayoutK>(k_tile, ks);
-                if constexpr (kLive == kNTiles) {
-                    Mma::ss(s_flat, q_desc, k_desc, ks > 0);
-                } else {
-                    Mma::ss(s_half, q_desc, k_desc, ks > 0);
+                for (int ks = 0; ks < T::kQkSteps; ++ks) {
+                    const u64 q_desc = k_major_desc<LayoutQ>(q_tile, ks);
+                    const u64 k_desc = k_major_desc<typename T::LayoutK>(k_tile, ks);
+                    if constexpr (kLive == kNTiles) {
+                        Mma::ss(s_flat, q_desc, k_desc, ks > 0);
+                    } else {
+                        Mma::ss(s_half, q_desc, k_desc, ks > 0);
+                    }
                 }
+                wgmma_commit();
             }
-            wgmma_commit();
         };
         // ---- PV GEMM: O += P V over the live fragments' keys, issued only ------------------
         // (wgmma RS: P from registers, V MN-major; a k16 step covers two fragments)
@@ -611,7 +612,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             pass_turn();
             wgmma_wait<0>();
             constexpr int kLiveQ = decltype(live)::value;
-            if constexpr (kLiveQ < kNTiles) {
+            if constexpr (kLiveQ == 0) {
+                // no scores: the hidden block's softmax only takes its turn
+            } else if constexpr (kLiveQ < kNTiles) {
                 fence_regs(s_half);
 #pragma unroll
                 for (int i = 0; i < kNTiles * 2; ++i) s_flat[i] = s_half[i];
@@ -622,12 +625,19 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             return scores(tile, live, o_scale, fixed);
         };
 
-        // Block `tile` down the path of its width: the half path only for the first block
-        // of a consumer that sees at most half of it (there is none without a mask).
+        // Block `tile` down the path of its width: the half (or, kHiddenFirst, the empty)
+        // path only for the first block of a consumer that sees at most half (none) of it
+        // (there is none without a mask).
         auto with_width_of = [&](int tile, auto&& body) {
             if constexpr (kHalfFirst) {
                 if (tile == 0 && half_first) {
                     body(Half{});
+                    return;
+                }
+            }
+            if constexpr (kHiddenFirst) {
+                if (tile == 0 && hidden_first) {
+                    body(Hidden{});
                     return;
                 }
             }

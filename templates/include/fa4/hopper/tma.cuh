@@ -81,6 +81,18 @@ __device__ __forceinline__ void tma_load_tile_multicast(u32 dst, const TensorMap
     }
 }
 
+// A K or V tile of the producer's ring: into this block, or with kCluster > 1 this block's
+// share of it into every block of the cluster (`rank` this block's place in it).
+template <int kCols, int kRows, int kCluster>
+__device__ __forceinline__ void tma_load_ring_tile(u32 dst, const TensorMap* map, u32 bar, int row, int head,
+                                                   int batch, u32 rank) {
+    if constexpr (kCluster > 1) {
+        tma_load_tile_multicast<kCols, kRows, kCluster>(dst, map, bar, row, head, batch, rank);
+    } else {
+        tma_load_tile<kCols, kRows>(dst, map, bar, row, head, batch);
+    }
+}
+
 // The reverse: a staged tile of kRows rows out to global memory, in one bulk group. The
 // threads that wrote the tile fence it for the async proxy (fence_proxy_async) and meet
 // before one of them issues this.

@@ -46,6 +46,9 @@ struct Traits {
     // A masked tile's first key block over the half a consumer sees, where it is at most
     // half visible (kernel_ws.cuh; the config space decides where it pays).
     static constexpr bool kHalfFirst = Config::kHalfFirst;
+    // Where there is no half first block: a consumer that sees none of its first block
+    // skips it but for its turn at the MUFU (kernel_ws.cuh).
+    static constexpr bool kHiddenFirst = Config::kHiddenFirst;
     // Pingpong turns around each block's exponentials instead of its GEMM issues.
     static constexpr bool kMufuTurns = Config::kMufuTurns;
     static constexpr int kBlocksPerSm = Config::kBlocksPerSm;
@@ -114,6 +117,8 @@ struct Traits {
                   "O slots: none, one per consumer, or one shared by two consumers (whose turns alternate)");
     static_assert(!kHalfFirst || (kWarpSpecialized && kMask != MaskKind::None),
                   "the half first block is the masked warp-specialised schedule's");
+    static_assert(!kHiddenFirst || (kMufuTurns && !kHalfFirst && kMask != MaskKind::None),
+                  "the hidden first block is skipped on masked tiles with MUFU turns and no half block");
     static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs a slot for O");
     static_assert(!kMufuTurns || kPingpong, "turns at the MUFU are pingpong's");
     static_assert(kClusterM == 1 || (kClusterM == 2 && kTma && !kPersistent && kMask == MaskKind::None),
