@@ -477,3 +477,45 @@ fn cluster_configs_compile() {
         assert!(!src.contains("__cluster_dims__"), "{}", single.id.0);
     }
 }
+
+/// The hidden first block (`hidden`, d192/d256 masked tiles with turns at the MUFU)
+/// compiles without spills beside its twin, with the same registers, and renders the
+/// switch into the kernel's config (only there).
+#[test]
+fn hidden_first_block_configs_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::Causal);
+    let planned: Vec<space::Planned> = [0, 1]
+        .into_iter()
+        .map(|hidden| {
+            space::plan(Template::Hopper, &spec)
+                .into_iter()
+                .find(|p| {
+                    let c = &p.candidate.config;
+                    c.switch("hidden", 0) == hidden
+                        && c.switch("mufuturn", 0) == 1
+                        && c.switch("lazy", 0) == 1
+                        && c.switch("persistent", 0) == 1
+                        && (c.block_m, c.block_n) == (128, 64)
+                })
+                .unwrap()
+        })
+        .collect();
+    let report = compile_all_cleanly(dir.path(), &planned);
+    let [plain, hidden] = [0, 1].map(|h| {
+        report
+            .kernels
+            .iter()
+            .find(|k| k.candidate.config.switch("hidden", 0) == h)
+            .unwrap()
+    });
+    assert!(hidden.id.0.contains("hidden1"), "{}", hidden.id.0);
+    for k in [plain, hidden] {
+        assert_eq!(k.resources.spill_stores, 0, "{}", k.id.0);
+    }
+    assert_eq!(hidden.resources.registers, plain.resources.registers);
+    let src =
+        |k: &compile::BuiltKernel| std::fs::read_to_string(dir.path().join(&k.source)).unwrap();
+    assert!(src(hidden).contains("kHiddenFirst = true"));
+    assert!(src(plain).contains("kHiddenFirst = false"));
+}
