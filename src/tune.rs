@@ -507,12 +507,6 @@ pub fn tune_spec(
     for (n, record) in records.iter_mut().enumerate() {
         let key = Key::of(record);
         let chosen = finalists(record);
-        if !standing[n] && (session.retake_finals || !finals_complete(record)) {
-            record
-                .candidates
-                .iter_mut()
-                .for_each(|c| c.set_settled_ms(None));
-        }
         if standing[n] {
             let kept = &carried_finals[n];
             for &i in &chosen {
@@ -526,19 +520,26 @@ pub fn tune_spec(
             progress.finals_kept(&key, finals_planned[n]);
             continue;
         }
+        if !session.retake_finals && finals_complete(record) {
+            continue; // taken side by side in an earlier run
+        }
+        record
+            .candidates
+            .iter_mut()
+            .for_each(|c| c.set_settled_ms(None));
         let mut warm = false; // this key's first finals timing of the run warms up longer
         let mut failed: Vec<usize> = Vec::new();
         for pass in 0..FINAL_PASSES {
             for j in 0..chosen.len() {
                 let i = chosen[(j + pass) % chosen.len()];
-                if record.candidates[i].settled_passes().len() > pass || failed.contains(&i) {
+                if failed.contains(&i) {
                     continue;
                 }
                 let Some(kernel) = kernels
                     .iter()
                     .find(|k| k.built.id.0 == record.candidates[i].kernel)
                 else {
-                    continue; // not built this time: it keeps what it has
+                    continue; // not built this time (configs_to_time builds every finalist)
                 };
                 if session.deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok((counts, true));

@@ -144,11 +144,6 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     out.extend(twins(&out, MUFU_TURNS, 1, |c| {
         masked && c.switch(PINGPONG, 0) == 1
     }));
-    // cuDNN's loop over 256 keys: two persistent consumers without intra-warpgroup
-    // overlap (P packed as S dies, so d64's S of 256 columns fits), turns at the MUFU on
-    // every mask (without them 0.89x). Half the key blocks of the 128-key tile, so half its
-    // per-block cost: 1.04 to 1.08x it at 512 to 2048 unmasked keys, level causal
-    // (bench/NOTES.md). Where shared memory holds 256 keys (d64).
     // The first consumer's hidden first block skipped but for its MUFU turn, on the masked
     // tiles with turns at the MUFU that have no half first block (head dims past 128):
     // 1.5 to 3% over their twins on d256 causal from 1024 keys, level at 512
@@ -156,6 +151,11 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     out.extend(twins(&out, HIDDEN_FIRST, 1, |c| {
         masked && spec.head_dim_v > 128 && c.switch(MUFU_TURNS, 0) == 1
     }));
+    // cuDNN's loop over 256 keys: two persistent consumers without intra-warpgroup
+    // overlap (P packed as S dies, so d64's S of 256 columns fits), turns at the MUFU on
+    // every mask (without them 0.89x). Half the key blocks of the 128-key tile, so half its
+    // per-block cost: 1.04 to 1.08x it at 512 to 2048 unmasked keys, level causal
+    // (bench/NOTES.md). Where shared memory holds 256 keys (d64).
     let mut wide = ws_config(2, 256, 1, 0, 0);
     wide.switches.insert(PERSISTENT.to_string(), 1);
     wide.switches.insert(MUFU_TURNS.to_string(), 1);
