@@ -342,6 +342,9 @@ pub struct Counts {
     /// Keys whose finals were kept from a record of another template version: every
     /// finalist there has the same machine code and finals of the same policy.
     pub finals_carried: usize,
+    /// Keys whose finals were due but left as they were, a finalist not being among the
+    /// kernels of this run; the next run that builds it takes them.
+    pub finals_unbuilt: usize,
 }
 
 impl std::ops::AddAssign for Counts {
@@ -354,6 +357,7 @@ impl std::ops::AddAssign for Counts {
         self.carried += o.carried;
         self.finals += o.finals;
         self.finals_carried += o.finals_carried;
+        self.finals_unbuilt += o.finals_unbuilt;
     }
 }
 
@@ -523,6 +527,20 @@ pub fn tune_spec(
         if !session.retake_finals && finals_complete(record) {
             continue; // taken side by side in an earlier run
         }
+        // Finals are taken whole or not at all: clearing passes that this run cannot take
+        // again (a finalist not built) would lose them and leave the rest to decide.
+        let Some(finalist_kernels) = chosen
+            .iter()
+            .map(|&i| {
+                kernels
+                    .iter()
+                    .find(|k| k.built.id.0 == record.candidates[i].kernel)
+            })
+            .collect::<Option<Vec<&TuneKernel>>>()
+        else {
+            counts.finals_unbuilt += 1;
+            continue;
+        };
         record
             .candidates
             .iter_mut()
@@ -531,16 +549,13 @@ pub fn tune_spec(
         let mut failed: Vec<usize> = Vec::new();
         for pass in 0..FINAL_PASSES {
             for j in 0..chosen.len() {
-                let i = chosen[(j + pass) % chosen.len()];
+                let (i, kernel) = (
+                    chosen[(j + pass) % chosen.len()],
+                    finalist_kernels[(j + pass) % chosen.len()],
+                );
                 if failed.contains(&i) {
                     continue;
                 }
-                let Some(kernel) = kernels
-                    .iter()
-                    .find(|k| k.built.id.0 == record.candidates[i].kernel)
-                else {
-                    continue; // not built this time (configs_to_time builds every finalist)
-                };
                 if session.deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok((counts, true));
                 }
@@ -748,13 +763,19 @@ pub fn configs_to_time(
         if record.candidates.is_empty() {
             return Ok(None);
         }
+        let mut new_to_key = false;
         for config in planned {
-            if !record.candidates.iter().any(|c| c.config == *config) && !needed.contains(config) {
-                needed.push(config.clone());
+            if !record.candidates.iter().any(|c| c.config == *config) {
+                new_to_key = true;
+                if !needed.contains(config) {
+                    needed.push(config.clone());
+                }
             }
         }
-        // A key whose finals are to be taken times all its finalists again (tune_spec).
-        if retake_finals || !finals_complete(&record) {
+        // A key whose finals are to be taken times all its finalists again (tune_spec),
+        // and so may a key with a candidate new to it: if that one screens among the
+        // finalists, the others are timed again beside it.
+        if retake_finals || new_to_key || !finals_complete(&record) {
             for i in finalists(&record) {
                 let c = &record.candidates[i];
                 if !needed.contains(&c.config) {
@@ -1878,10 +1899,43 @@ mod tests {
         let mut m = Scripted::new(&ks, None, Duration::ZERO);
         m.screened = BTreeMap::from([(4, 0.8)]);
         m.settled = BTreeMap::from([(0, 1.1), (1, 1.1), (2, 1.1), (3, 1.1), (4, 1.1)]);
+        // A run that built the new kernel alone (what `fa4-gen tune` built before
+        // configs_to_time added the finalists: the old ones lost their passes and the new
+        // one, timed alone, won) leaves the key's finals as they were.
+        let new_alone: Vec<TuneKernel> = kernels(5).into_iter().skip(4).collect();
+        let (counts, _) = tune_spec(&session, &keys(&[512]), &new_alone, &mut m, &Silent).unwrap();
+        assert_eq!(
+            (m.timings.get(), counts.finals, counts.finals_unbuilt),
+            (1, 0, 1)
+        );
+        let r = &db.records().unwrap()[0];
+        let kept: Vec<Vec<f64>> = r.candidates[..4]
+            .iter()
+            .map(|c| c.settled_passes())
+            .collect();
+        assert_eq!(kept, old, "no finalist's passes lost");
+        assert_eq!(
+            r.winner().unwrap().0.kernel,
+            ks[2].built.id.0,
+            "the new one unsettled"
+        );
+        // What `fa4-gen tune` builds for that key: the new candidate and its finalists.
+        let configs: Vec<TileConfig> = ks
+            .iter()
+            .map(|k| k.built.candidate.config.clone())
+            .collect();
+        db.records().unwrap().into_iter().for_each(|mut r| {
+            r.candidates.truncate(4);
+            db.put(&r).unwrap();
+        });
+        let needed = configs_to_time(&db, &device(), &current, &keys(&[512]), &configs, false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(needed, [4, 0, 2, 1, 3].map(|i| configs[i].clone()));
         let (counts, _) = tune_spec(&session, &keys(&[512]), &ks, &mut m, &Silent).unwrap();
         assert_eq!(
             (m.timings.get(), counts.finals),
-            (1, FINALISTS * FINAL_PASSES)
+            (2, FINALISTS * FINAL_PASSES)
         );
         let r = &db.records().unwrap()[0];
         let k3 = r
@@ -1981,12 +2035,17 @@ mod tests {
                 (FINAL_PASSES as u32, 0)
             );
         }
-        // A candidate the records lack (new to the space) is built.
+        // A candidate the records lack (new to the space) is built, and with it the
+        // finalists it may join.
         for mut r in db.records().unwrap() {
             r.candidates.retain(|c| c.kernel != ks[4].built.id.0);
             db.put(&r).unwrap();
         }
-        assert_eq!(to_time(&keys(&[512, 4096])), Some(vec![configs[4].clone()]));
+        let with_finalists: Vec<TileConfig> = [4, 0, 2, 1, 3]
+            .iter()
+            .map(|&i| configs[i].clone())
+            .collect();
+        assert_eq!(to_time(&keys(&[512, 4096])), Some(with_finalists));
     }
 
     /// Sums what a tune plans and counts what it then measures.

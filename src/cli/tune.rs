@@ -350,6 +350,7 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
                 "already_measured": totals.skipped,
                 "carried": totals.carried,
                 "finals_carried": totals.finals_carried,
+                "finals_unbuilt": totals.finals_unbuilt,
             },
             "wall_seconds": wall.as_secs_f64(),
             "gpu_busy_share": busy_share,
@@ -406,6 +407,12 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
         wall.as_secs_f64(),
         busy_share * 100.0
     );
+    if totals.finals_unbuilt > 0 {
+        println!(
+            "the finals of {} keys were left as they were: a finalist was not built in this run; run the same command again to take them",
+            totals.finals_unbuilt
+        );
+    }
     if stopped {
         println!("stopped by --budget: run the same command again to measure the rest");
     }
