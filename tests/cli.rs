@@ -56,11 +56,12 @@ fn list_json_is_the_whole_space() {
     // last rejected at d128 for shared memory, still listed), and the 16 of those with
     // overlap and pingpong (or a persistent block of their own) again with lazy rescaling;
     // on causal and local specs the 29 pingpong ones (15 + 14 lazy) again with turns at
-    // the MUFU; on unmasked specs the 14 non-persistent pingpong tiles with overlap and
+    // the MUFU, and 4 persistent pairs without turns (over 64 and 128 keys, plain and
+    // lazy); on unmasked specs the 14 non-persistent pingpong tiles with overlap and
     // without pack-GQA (7 + 7 lazy) again in clusters of two blocks.
     assert_eq!(
         rows.len(),
-        2 * 134 + 4 * 146 + 6 * (20 + 11 + 6 + 2 + 1 + 1 + 16) + 4 * 29 + 2 * 14,
+        2 * 134 + 4 * 146 + 6 * (20 + 11 + 6 + 2 + 1 + 1 + 16) + 4 * (29 + 4) + 2 * 14,
         "6 specs (dtype x mask) per template"
     );
     assert!(

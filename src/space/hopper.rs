@@ -117,6 +117,17 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
         c.switches.insert(PERSISTENT.to_string(), 1);
         out.push(c);
     }
+    // Two persistent consumers without pingpong, on masked specs: with no turns neither
+    // waits for the other's at a tile's start or end, which pays on some short masked
+    // keys (up to 4% over the best tile with turns, mostly at 128 to 512 keys) and loses
+    // 3 to 8% on long ones and unmasked (bench/NOTES.md); the tuner decides per bucket.
+    if spec.mask != MaskKind::None {
+        for block_n in [64, 128] {
+            let mut c = ws_config(2, block_n, 0, 1, 0);
+            c.switches.insert(PERSISTENT.to_string(), 1);
+            out.push(c);
+        }
+    }
     // One consumer per block and two blocks per SM, persistent: the two blocks' tiles
     // start and end at unrelated times, so one block's epilogue and first softmax run
     // under the other's GEMMs (two consumers of one tile meet every tile's start and end
@@ -133,10 +144,9 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     let mut c = ws_config(3, 128, 1, 1, 0);
     c.stages = 3;
     out.push(c);
-    // Lazy rescaling on every tile with pingpong (or a block of its own) and overlap.
+    // Lazy rescaling on every tile with pingpong or a persistent grid, and overlap.
     out.extend(twins(&out, LAZY_RESCALE, 1, |c| {
-        (c.switch(PINGPONG, 0) == 1 || (persistent(c) && consumers(c) == 1))
-            && c.switch(OVERLAP, 0) == 1
+        (c.switch(PINGPONG, 0) == 1 || persistent(c)) && c.switch(OVERLAP, 0) == 1
     }));
     // Turns at the MUFU ran 1.02 to 1.05x their twins on causal tiles and 0.96 to 0.99x
     // on unmasked ones (bench/NOTES.md), so only masked specs enumerate them.
@@ -1068,6 +1078,33 @@ mod tests {
             RejectKind::Shape,
             "the half path's"
         );
+    }
+
+    #[test]
+    fn persistent_pairs_without_turns_are_offered_to_masked_specs_alone() {
+        // Two persistent consumers without pingpong (and their lazy twins) over 64 and
+        // 128 keys where shared memory holds them; never unmasked.
+        let pairs = |hd, mask| {
+            let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, hd, mask);
+            let mut found: Vec<(u32, u32)> = candidates(&spec)
+                .into_iter()
+                .filter(|c| persistent(c) && consumers(c) == 2 && c.switch(PINGPONG, 1) == 0)
+                .filter(|c| check(&spec, c).is_ok())
+                .map(|c| (c.block_n, c.switch(LAZY_RESCALE, 0)))
+                .collect();
+            found.sort();
+            found
+        };
+        let both = vec![(64, 0), (64, 1), (128, 0), (128, 1)];
+        for mask in [MaskKind::Causal, MaskKind::Local] {
+            assert_eq!(pairs(64, mask), both, "d64 {mask:?}");
+            assert_eq!(pairs(128, mask), both, "d128 {mask:?}");
+            // 128 keys of K and V in two stages do not fit beside d256's Q and O.
+            assert_eq!(pairs(256, mask), vec![(64, 0), (64, 1)], "d256 {mask:?}");
+        }
+        for hd in [64, 128, 256] {
+            assert!(pairs(hd, MaskKind::None).is_empty(), "d{hd} unmasked");
+        }
     }
 
     #[test]
