@@ -1,8 +1,8 @@
 // -----------------------------------------------------------------------------------------
-// fa4-gen kernel hopper_sm90_fp16_d64_local_m192n128w16s3_lazy1_overlap1_pingpong1_ws1_402a7f9e7b
+// fa4-gen kernel hopper_sm90_fp16_d64_local_m128n128w12s2_mufuturn1_overlap1_persistent1_pingpong1_ws1_873d27c2cd
 // template  hopper_fwd.cu.tera (hash 9f2d2e17f28715bb)
 // spec      arch=sm90 dtype=fp16 head_dim=64 head_dim_v=64 mask=local features=none
-// config    block_m=192 block_n=128 warps=16 stages=3 lazy=1 overlap=1 pingpong=1 ws=1
+// config    block_m=128 block_n=128 warps=12 stages=2 mufuturn=1 overlap=1 persistent=1 pingpong=1 ws=1
 // Rendered by fa4-gen: edit templates/, not this file.
 // -----------------------------------------------------------------------------------------
 #include "fa4/hopper/kernel.cuh"
@@ -67,9 +67,9 @@ struct KernelConfig {
     static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
     static constexpr int kHeadDim = 64;
     static constexpr int kHeadDimV = 64;
-    static constexpr int kWarpgroups = 3;
+    static constexpr int kWarpgroups = 2;
     static constexpr int kBlockN = 128;
-    static constexpr int kStages = 3;
+    static constexpr int kStages = 2;
     static constexpr bool kSinks = false;
     static constexpr bool kSoftcap = false;
     static constexpr bool kPaged = false;
@@ -78,26 +78,26 @@ struct KernelConfig {
     static constexpr bool kPingpong = true;
     static constexpr bool kOverlap = true;
     static constexpr bool kTma = true;
-    static constexpr bool kPersistent = false;
-    static constexpr int kOSlots = 0;
-    static constexpr int kQBuffers = 1;
-    static constexpr bool kLazyRescale = true;
+    static constexpr bool kPersistent = true;
+    static constexpr int kOSlots = 2;
+    static constexpr int kQBuffers = 2;
+    static constexpr bool kLazyRescale = false;
     static constexpr int kExp2EmuEvery = 0;
     static constexpr bool kCapOffset = false;
     static constexpr bool kHalfFirst = true;
     static constexpr bool kHiddenFirst = false;
-    static constexpr bool kMufuTurns = false;
+    static constexpr bool kMufuTurns = true;
     static constexpr int kBlocksPerSm = 1;
-    static constexpr int kProducerRegs = 32;  // 0: no reallocation
-    static constexpr int kConsumerRegs = 160;
+    static constexpr int kProducerRegs = 56;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 224;
     static constexpr int kClusterM = 1;
 };
 
 using KernelTraits = fa4::hopper::Traits<KernelConfig>;
-static_assert(KernelTraits::kSmemBytes == 123024, "shared memory differs from the config space's model");
-static_assert(KernelTraits::kBlockM == 192, "block_m differs from the config space's model");
+static_assert(KernelTraits::kSmemBytes == 114824, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
 
-static_assert(KernelTraits::kThreads == 512, "threads differ from the config space's model");
+static_assert(KernelTraits::kThreads == 384, "threads differ from the config space's model");
 
 // Q/K/V loaded and O stored by TMA: the argument block carries their tensor maps.
 extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)
