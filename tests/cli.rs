@@ -906,3 +906,45 @@ fn sass_counts_the_main_loop_of_built_kernels() {
         stderr(&out)
     );
 }
+
+/// A list option's default is shown in `--help` as it is typed (comma-separated), and
+/// typing it gives what leaving the option out gives.
+#[test]
+fn list_defaults_are_shown_as_they_are_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = stdout(&fa4_gen(dir.path(), &["bench", "--help"]));
+    for shown in [
+        "[default: 64,128,256]",
+        "[default: 512,1024,2048,4096,8192,16384]",
+        "[default: none,causal]",
+        "[default: 128,0]",
+    ] {
+        assert!(help.contains(shown), "bench --help lacks {shown}: {help}");
+    }
+    let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
+    let explain = |extra: &[&str]| {
+        let mut args = vec![
+            "explain",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--head-dim",
+            "128",
+            "--seqlen",
+            "2048",
+            "--mask",
+            "local",
+        ];
+        args.extend_from_slice(extra);
+        let out = fa4_gen(dir.path(), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        // The pick and why, not the lookup's timing.
+        stdout(&out)
+            .lines()
+            .filter(|l| !l.starts_with("lookup"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let help = stdout(&fa4_gen(dir.path(), &["explain", "--help"]));
+    assert!(help.contains("[default: -1,-1]"), "{help}");
+    assert_eq!(explain(&[]), explain(&["--window", "-1,-1"]));
+}

@@ -24,7 +24,11 @@ pub struct BuildCacheArgs {
     #[arg(long, value_delimiter = ',')]
     pub features: Vec<String>,
     /// Tuning-db exports to take the tuned choices from.
-    #[arg(long = "tuning-db", value_delimiter = ',', default_values = ["tuning-db/sm90.json"])]
+    #[arg(
+        long = "tuning-db",
+        value_delimiter = ',',
+        default_value = "tuning-db/sm90.json"
+    )]
     pub tuning_db: Vec<PathBuf>,
     /// The cache folder.
     #[arg(long, default_value = "generated")]
@@ -57,7 +61,12 @@ pub struct ExplainArgs {
     pub mask: String,
     /// Sliding window LEFT,RIGHT for local masks (-1: unbounded); one bounded on both
     /// sides is served by the bucket of its width.
-    #[arg(long, value_delimiter = ',', default_values_t = [-1, -1], allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "-1,-1",
+        allow_hyphen_values = true
+    )]
     pub window: Vec<i32>,
     /// none, or sinks, softcap, paged joined with +.
     #[arg(long, default_value = "none")]

@@ -237,16 +237,20 @@ pub struct BenchArgs {
     #[arg(long)]
     pub db: Option<PathBuf>,
     /// Head dims.
-    #[arg(long = "head-dim", value_delimiter = ',', default_values_t = [64, 128, 256])]
+    #[arg(long = "head-dim", value_delimiter = ',', default_value = "64,128,256")]
     pub head_dim: Vec<u32>,
     /// Sequence lengths (batch = total tokens / seqlen).
-    #[arg(long, value_delimiter = ',', default_values_t = [512, 1024, 2048, 4096, 8192, 16384])]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "512,1024,2048,4096,8192,16384"
+    )]
     pub seqlen: Vec<i32>,
     /// Masks: none, causal, local.
-    #[arg(long, value_delimiter = ',', default_values = ["none", "causal"])]
+    #[arg(long, value_delimiter = ',', default_value = "none,causal")]
     pub mask: Vec<String>,
     /// Features: none, or sinks, softcap, paged joined with + (sinks+softcap).
-    #[arg(long, value_delimiter = ',', default_values = ["none"])]
+    #[arg(long, value_delimiter = ',', default_value = "none")]
     pub features: Vec<String>,
     /// Keys per page for paged kernels.
     #[arg(long, default_value_t = 16)]
@@ -259,7 +263,12 @@ pub struct BenchArgs {
     #[arg(long)]
     pub varlen: bool,
     /// Sliding window LEFT,RIGHT for local masks (-1: unbounded).
-    #[arg(long, value_delimiter = ',', default_values_t = [128, 0], allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "128,0",
+        allow_hyphen_values = true
+    )]
     pub window: Vec<i32>,
     /// Soft-capping value for softcap kernels.
     #[arg(long, default_value_t = 50.0)]
