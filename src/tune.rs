@@ -405,12 +405,16 @@ pub fn tune_spec(
         .map(|k| records.iter().filter(|r| !measured(r, k)).count())
         .sum();
     counts.skipped = kernels.len() * records.len() - pending;
-    // Finals timings still to take: FINAL_PASSES per finalist, less those taken; keys
-    // whose finalists the screening changes are planned again once it is done.
+    // Finals timings a key still takes: none where they were taken side by side in an
+    // earlier run (and are not to be taken again), else every finalist's FINAL_PASSES,
+    // since a key's finals are taken whole (below); keys whose finalists the screening
+    // changes are planned again once it is done.
     let finals_to_take = |r: &Record| -> usize {
-        let passes_taken: usize = r.candidates.iter().map(|c| c.settled_passes().len()).sum();
-        (FINALISTS.min(kernels.len().max(r.candidates.len())) * FINAL_PASSES)
-            .saturating_sub(passes_taken)
+        if !session.retake_finals && !r.candidates.is_empty() && finals_complete(r) {
+            0
+        } else {
+            FINALISTS.min(kernels.len().max(r.candidates.len())) * FINAL_PASSES
+        }
     };
     let finals_planned: Vec<usize> = records.iter().map(finals_to_take).collect();
     progress.planned(pending + finals_planned.iter().sum::<usize>());
@@ -1932,11 +1936,13 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(needed, [4, 0, 2, 1, 3].map(|i| configs[i].clone()));
-        let (counts, _) = tune_spec(&session, &keys(&[512]), &ks, &mut m, &Silent).unwrap();
+        let tally = Tally::default();
+        let (counts, _) = tune_spec(&session, &keys(&[512]), &ks, &mut m, &tally).unwrap();
         assert_eq!(
             (m.timings.get(), counts.finals),
             (2, FINALISTS * FINAL_PASSES)
         );
+        assert_eq!(tally.planned.get(), tally.done.get(), "the bar ends full");
         let r = &db.records().unwrap()[0];
         let k3 = r
             .candidates
