@@ -223,6 +223,18 @@ fn bad_input_gets_one_clear_line() {
         "unknown template `nope`: expected one of portable",
     );
     assert_usage_error(&["compile"], "compile needs --arch");
+    assert_usage_error(
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "64",
+            "--config-filter",
+            "nosuch1",
+        ],
+        "no config of the selected specs has a tag containing \"nosuch1\"",
+    );
     assert_usage_error(&["verify", "--arch", "sm91"], "unknown arch `sm91`");
     // A template named without --arch means the archs it compiles for; named with one it
     // cannot, the error says which it can.
@@ -406,6 +418,79 @@ fn hand_record(kernel: &str, code_hash: &str) -> fa4_gen::db::Record {
             },
         }],
     }
+}
+
+/// `compile --config-filter` builds the matching configs of each spec and nothing else.
+#[test]
+fn compile_builds_only_the_filtered_configs() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    fa4_gen_ok(
+        dir.path(),
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "64",
+            "--dtype",
+            "bf16",
+            "--mask",
+            "causal",
+            "--template",
+            "portable",
+            "--config-filter",
+            "m64n32w4s1_",
+            "--out",
+            build.to_str().unwrap(),
+            "-q",
+        ],
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(build.join("report/sm90.json")).unwrap())
+            .unwrap();
+    let mut built: Vec<String> = report["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            // portable_sm90_bf16_d64_causal_<config tag>_<hash>
+            let id = k["id"].as_str().unwrap();
+            let tag = id.strip_prefix("portable_sm90_bf16_d64_causal_").unwrap();
+            tag.rsplit_once('_').unwrap().0.to_string()
+        })
+        .collect();
+    built.sort_unstable();
+    // What the space offers (and static pruning keeps) with that text in its tag.
+    let listed = fa4_gen_ok(
+        dir.path(),
+        &[
+            "list",
+            "--arch",
+            "sm90",
+            "--head-dim",
+            "64",
+            "--dtype",
+            "bf16",
+            "--mask",
+            "causal",
+            "--template",
+            "portable",
+            "--configs",
+            "-q",
+        ],
+    );
+    let mut expected: Vec<String> = listed
+        .lines()
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let kept = matches!(cols.last(), Some(&"ok") | Some(&"default"));
+            (kept && cols.get(2)?.contains("m64n32w4s1_")).then(|| cols[2].to_string())
+        })
+        .collect();
+    expected.sort_unstable();
+    assert!(expected.len() >= 2, "{listed}");
+    assert_eq!(built, expected);
 }
 
 /// Builds bf16 d64 causal's default portable kernel into `build` (`fa4-gen compile`)

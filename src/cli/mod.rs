@@ -176,6 +176,10 @@ pub struct CompileArgs {
     /// Only each spec's heuristic default config.
     #[arg(long)]
     pub default_only: bool,
+    /// Only the configs whose tag contains this text (e.g. mufuturn1), as `verify` and
+    /// `bench` take them: a probe's new tiles without the rest of their specs.
+    #[arg(long)]
+    pub config_filter: Option<String>,
     /// Parallel NVRTC compilations [default: one per core].
     #[arg(short, long)]
     pub jobs: Option<usize>,
@@ -665,7 +669,16 @@ fn compile_cmd(a: CompileArgs, quiet: bool) -> CliResult {
         ));
     }
     let specs = a.spec.specs(&[])?;
-    let planned = plan_all(&specs, a.default_only);
+    let mut planned = plan_all(&specs, a.default_only);
+    if let Some(filter) = &a.config_filter {
+        planned.retain(|p| p.candidate.config.tag().contains(filter.as_str()));
+        if planned.is_empty() {
+            return Err(CliError::Usage(format!(
+                "no config of the selected specs has a tag containing {filter:?}: \
+                 `fa4-gen list --configs` shows their tags"
+            )));
+        }
+    }
     let renderer = Renderer::embedded()?;
     let dir = BuildDir::new(&a.out);
     crate::fsutil::ensure_writable_dir(dir.root())?;
