@@ -425,30 +425,11 @@ fn hand_record(kernel: &str, code_hash: &str) -> fa4_gen::db::Record {
 fn compile_builds_only_the_filtered_configs() {
     let dir = tempfile::tempdir().unwrap();
     let build = dir.path().join("build");
-    fa4_gen_ok(
+    let report = build_d64_causal(
         dir.path(),
-        &[
-            "compile",
-            "--arch",
-            "sm90",
-            "--head-dim",
-            "64",
-            "--dtype",
-            "bf16",
-            "--mask",
-            "causal",
-            "--template",
-            "portable",
-            "--config-filter",
-            "m64n32w4s1_",
-            "--out",
-            build.to_str().unwrap(),
-            "-q",
-        ],
+        build.to_str().unwrap(),
+        &["--config-filter", "m64n32w4s1_"],
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(build.join("report/sm90.json")).unwrap())
-            .unwrap();
     let mut built: Vec<String> = report["kernels"]
         .as_array()
         .unwrap()
@@ -464,21 +445,7 @@ fn compile_builds_only_the_filtered_configs() {
     // What the space offers (and static pruning keeps) with that text in its tag.
     let listed = fa4_gen_ok(
         dir.path(),
-        &[
-            "list",
-            "--arch",
-            "sm90",
-            "--head-dim",
-            "64",
-            "--dtype",
-            "bf16",
-            "--mask",
-            "causal",
-            "--template",
-            "portable",
-            "--configs",
-            "-q",
-        ],
+        &[&["list"], D64_CAUSAL_PORTABLE, &["--configs", "-q"]].concat(),
     );
     let mut expected: Vec<String> = listed
         .lines()
@@ -493,29 +460,37 @@ fn compile_builds_only_the_filtered_configs() {
     assert_eq!(built, expected);
 }
 
+/// The spec arguments of sm90 bf16 d64 causal on the portable template.
+const D64_CAUSAL_PORTABLE: &[&str] = &[
+    "--arch",
+    "sm90",
+    "--head-dim",
+    "64",
+    "--dtype",
+    "bf16",
+    "--mask",
+    "causal",
+    "--template",
+    "portable",
+];
+
 /// Builds bf16 d64 causal's default portable kernel into `build` (`fa4-gen compile`)
 /// and returns the build's report.
 fn build_d64_causal_default(dir: &std::path::Path, build: &str) -> serde_json::Value {
-    fa4_gen_ok(
-        dir,
-        &[
-            "compile",
-            "--arch",
-            "sm90",
-            "--head-dim",
-            "64",
-            "--dtype",
-            "bf16",
-            "--mask",
-            "causal",
-            "--template",
-            "portable",
-            "--default-only",
-            "--out",
-            build,
-            "-q",
-        ],
-    );
+    build_d64_causal(dir, build, &["--default-only"])
+}
+
+/// Builds bf16 d64 causal's portable kernels that `which` selects (`--default-only`,
+/// `--config-filter ..`) into `build` and returns the build's report.
+fn build_d64_causal(dir: &std::path::Path, build: &str, which: &[&str]) -> serde_json::Value {
+    let args = [
+        &["compile"],
+        D64_CAUSAL_PORTABLE,
+        &["--out", build, "-q"],
+        which,
+    ]
+    .concat();
+    fa4_gen_ok(dir, &args);
     let report = std::path::Path::new(build).join("report/sm90.json");
     serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap()
 }
