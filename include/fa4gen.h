@@ -50,7 +50,9 @@ typedef struct {
     uint32_t smem_bytes;   /* dynamic shared memory */
     uint32_t pack_gqa;     /* rows are (query, head) pairs of one KV head */
     uint32_t registers;
-    uint32_t reason;       /* 0 the bucket's tuned choice, 1 the nearest tuned bucket's, 2 the default */
+    uint32_t reason;       /* 0 the bucket's tuned choice, 1 the nearest tuned bucket's, 2 the default,
+                              3 a related spec's tuned choice for the bucket (the spec untuned: the
+                              same spec without sinks; see generated/manifest.json's borrowed_from) */
     uint32_t bucket;       /* the tuned bucket used, 0 for the default */
     uint32_t is_default;
 } fa4gen_selection;

@@ -51,6 +51,10 @@ pub struct SpecEntry {
     /// Bucket upper bound (seqlen) -> kernel id, ascending.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tuned: BTreeMap<u32, String>,
+    /// Set where the spec has no tuned record of its own: `tuned` then holds the tuned
+    /// choices of this related spec (its tag), built for this one ([`donor`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowed_from: Option<String>,
 }
 
 /// The kernels of one arch.
@@ -102,12 +106,35 @@ pub fn export_hash<S: AsRef<str>>(texts: &[S]) -> String {
     format!("{:016x}", fnv1a64(each.as_bytes()))
 }
 
-/// Per arch the GPU its tuned choices come from, and every (candidate, tuned bucket or
-/// `None` for the default) the cache needs.
-pub type Plan = (
-    BTreeMap<Arch, Option<String>>,
-    Vec<(Candidate, Option<u32>)>,
-);
+/// What a cache holds, before anything is compiled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Per arch, the GPU its tuned choices come from (none: every spec serves its default).
+    pub tuned_on: BTreeMap<Arch, Option<String>>,
+    /// Every (candidate, tuned bucket or `None` for the default) the cache needs.
+    pub wanted: Vec<(Candidate, Option<u32>)>,
+    /// The specs without tuned records of their own that serve a related spec's tuned
+    /// choices ([`donor`]): spec -> that spec.
+    pub borrowed: BTreeMap<KernelSpec, KernelSpec>,
+}
+
+/// The spec whose tuned choices serve `spec` where `spec` was not tuned itself: the same
+/// spec without attention sinks. A sink is one logit per row, added to the softmax's
+/// denominator once after the key loop, so it leaves a tile's loop as it was: where both
+/// were tuned (Hopper d64, causal and local, bf16 and fp16), the plain spec's winner timed
+/// within 1% of the sinks spec's own winner in 18 of 22 buckets (at most 8% off), while
+/// the heuristic default takes 1.01 to 1.97x the tuned choice's time (bench/NOTES.md).
+/// Soft-capping and paging change what bounds a tile (the MUFU, the gather), so nothing
+/// is borrowed across them.
+pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
+    spec.features.sinks.then_some(KernelSpec {
+        features: Features {
+            sinks: false,
+            ..spec.features
+        },
+        ..*spec
+    })
+}
 
 /// What the cache serves: every head dim, dtype and mask, with these feature sets, each
 /// from the one template that serves it ([`Template::serves`]).
@@ -122,15 +149,30 @@ pub fn specs(archs: &[Arch], features: &[Features]) -> Vec<(Template, KernelSpec
     specs
 }
 
+/// Whether a spec never tuned serves its [`donor`]'s tuned choices or its heuristic
+/// default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Untuned {
+    /// The heuristic default (the shipped cache's, until the borrowed kernels have been
+    /// checked on a GPU: `fa4-gen verify` of each, bench/NOTES.md).
+    Default,
+    /// The donor's choice per bucket, built for the spec.
+    Borrow,
+}
+
 /// The kernels the cache needs for `specs`: every spec's default (bucket `None`), plus
 /// the tuned choices in `records` (for records of several GPUs of one arch, the GPU with
-/// the most records), and per arch the GPU they were measured on.
-pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record]) -> Plan {
+/// the most records), and per arch the GPU they were measured on. With
+/// [`Untuned::Borrow`], a spec with no record of its own whose [`donor`] has records
+/// serves the donor's choices, each built for the spec where the config space admits it
+/// there.
+pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untuned) -> Plan {
     let mut archs: Vec<Arch> = specs.iter().map(|(_, s)| s.arch).collect();
     archs.sort();
     archs.dedup();
     let mut tuned_on = BTreeMap::new();
     let mut wanted: Vec<(Candidate, Option<u32>)> = Vec::new();
+    let mut borrowed = BTreeMap::new();
     let gpu_of = |r: &Record| format!("{} ({} SMs)", r.device.name, r.device.sm_count);
     for &arch in &archs {
         let mut by_gpu: BTreeMap<String, usize> = BTreeMap::new();
@@ -145,11 +187,12 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record]) -> Plan {
             wanted.push((space::default_candidate(*template, spec), None));
         }
         if let Some(gpu) = &gpu {
-            let served = |r: &Record| specs.iter().any(|(t, s)| *t == r.template && *s == r.spec);
-            for r in records
+            let on_gpu: Vec<&Record> = records
                 .iter()
-                .filter(|r| r.spec.arch == arch && served(r) && gpu_of(r) == *gpu)
-            {
+                .filter(|r| r.spec.arch == arch && gpu_of(r) == *gpu)
+                .collect();
+            let served = |r: &Record| specs.iter().any(|(t, s)| *t == r.template && *s == r.spec);
+            for r in on_gpu.iter().filter(|r| served(r)) {
                 if let Some(choice) = r.choice() {
                     let c = Candidate {
                         template: r.template,
@@ -159,26 +202,65 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record]) -> Plan {
                     wanted.push((c, Some(r.bucket.seqlen)));
                 }
             }
+            let borrowing = specs
+                .iter()
+                .filter(|(_, s)| s.arch == arch && untuned == Untuned::Borrow);
+            for (template, spec) in borrowing {
+                let tuned = |s: &KernelSpec| {
+                    on_gpu
+                        .iter()
+                        .any(|r| r.template == *template && r.spec == *s && r.choice().is_some())
+                };
+                let Some(from) = donor(spec).filter(|d| !tuned(spec) && tuned(d)) else {
+                    continue;
+                };
+                let mut any = false;
+                for r in on_gpu
+                    .iter()
+                    .filter(|r| r.template == *template && r.spec == from)
+                {
+                    let Some(choice) = r.choice() else { continue };
+                    if template.check(spec, &choice.config).is_err() {
+                        continue;
+                    }
+                    let c = Candidate {
+                        template: *template,
+                        spec: *spec,
+                        config: choice.config.clone(),
+                    };
+                    wanted.push((c, Some(r.bucket.seqlen)));
+                    any = true;
+                }
+                if any {
+                    borrowed.insert(*spec, from);
+                }
+            }
         }
         tuned_on.insert(arch, gpu);
     }
-    (tuned_on, wanted)
+    Plan {
+        tuned_on,
+        wanted,
+        borrowed,
+    }
 }
 
-/// Builds the cache for `archs` into `out` from the export's `records` (whose bytes
-/// hash to `export_hash`). Compiles in parallel on the current rayon pool.
+/// Builds the cache for `specs` into `out` from the export's `records` (whose bytes hash
+/// to `export_hash`), untuned specs served as `untuned` says. Compiles in parallel on the
+/// current rayon pool.
 pub fn build(
     nvrtc: &Nvrtc,
     renderer: &Renderer,
     specs: &[(Template, KernelSpec)],
     records: &[Record],
+    untuned: Untuned,
     export_hash: &str,
     out: &Path,
 ) -> Result<Manifest, CacheBuildError> {
-    let (tuned_on, wanted) = plan(specs, records);
+    let plan = plan(specs, records, untuned);
     // Unique kernels, by id.
     let mut kernels: BTreeMap<String, (Candidate, Footprint)> = BTreeMap::new();
-    for (c, _) in &wanted {
+    for (c, _) in &plan.wanted {
         let footprint =
             c.template
                 .check(&c.spec, &c.config)
@@ -249,7 +331,7 @@ pub fn build(
     }
     let kernel_map: BTreeMap<String, KernelEntry> = built.into_iter().map(Result::unwrap).collect();
 
-    let arch_entries = arch_entries(renderer, &tuned_on, &wanted);
+    let arch_entries = arch_entries(renderer, &plan);
     let manifest = Manifest {
         format: MANIFEST_FORMAT.into(),
         fa4_gen_version: env!("CARGO_PKG_VERSION").into(),
@@ -267,14 +349,11 @@ pub fn build(
     Ok(manifest)
 }
 
-/// Per arch, what serves each spec: the kernel ids of the default and of the tuned
-/// choices in `wanted` (from [`plan`]).
-pub fn arch_entries(
-    renderer: &Renderer,
-    tuned_on: &BTreeMap<Arch, Option<String>>,
-    wanted: &[(Candidate, Option<u32>)],
-) -> BTreeMap<Arch, ArchEntry> {
-    let mut out: BTreeMap<Arch, ArchEntry> = tuned_on
+/// Per arch, what serves each spec: the kernel ids of the default and of the tuned (or
+/// borrowed) choices the plan wants.
+pub fn arch_entries(renderer: &Renderer, plan: &Plan) -> BTreeMap<Arch, ArchEntry> {
+    let mut out: BTreeMap<Arch, ArchEntry> = plan
+        .tuned_on
         .iter()
         .map(|(arch, gpu)| {
             (
@@ -286,7 +365,7 @@ pub fn arch_entries(
             )
         })
         .collect();
-    for (c, bucket) in wanted {
+    for (c, bucket) in &plan.wanted {
         let id = renderer.kernel_id(c).0;
         let entry = out
             .get_mut(&c.spec.arch)
@@ -296,6 +375,7 @@ pub fn arch_entries(
             .or_insert_with(|| SpecEntry {
                 default: String::new(),
                 tuned: BTreeMap::new(),
+                borrowed_from: plan.borrowed.get(&c.spec).map(KernelSpec::tag),
             });
         match bucket {
             None => entry.default = id,

@@ -264,6 +264,7 @@ pub unsafe extern "C" fn fa4gen_select(
             Reason::Tuned { bucket } => (0, bucket),
             Reason::NearestTuned { bucket, .. } => (1, bucket),
             Reason::Default => (2, 0),
+            Reason::Borrowed { bucket, .. } => (3, bucket),
         };
         let k = s.kernel;
         let mut sel = Fa4genSelection {

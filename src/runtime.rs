@@ -72,6 +72,10 @@ pub enum Reason {
     Tuned { bucket: u32 },
     /// No record for the problem's bucket: the nearest tuned bucket's choice.
     NearestTuned { bucket: u32, wanted: u32 },
+    /// The spec was not tuned on this arch, a related one was: that spec's choice for
+    /// `bucket` (the problem's own, or the nearest), built for this spec
+    /// ([`crate::cache::donor`]; the manifest names it, [`KernelCache::borrowed_from`]).
+    Borrowed { bucket: u32, wanted: u32 },
     /// The spec was not tuned on this arch: the heuristic default.
     Default,
 }
@@ -132,6 +136,8 @@ struct SpecIndex {
     default: usize,
     /// (bucket, kernel index), ascending by bucket.
     tuned: Vec<(u32, usize)>,
+    /// `tuned` holds a related spec's choices (the manifest's `borrowed_from`).
+    borrowed: bool,
 }
 
 /// An open kernel cache.
@@ -192,7 +198,15 @@ impl KernelCache {
                 for (bucket, id) in &entry.tuned {
                     tuned.push((*bucket, position(id, tag)?));
                 }
-                index.insert(spec, SpecIndex { default, tuned });
+                let borrowed = entry.borrowed_from.is_some();
+                index.insert(
+                    spec,
+                    SpecIndex {
+                        default,
+                        tuned,
+                        borrowed,
+                    },
+                );
             }
         }
         Ok(KernelCache {
@@ -221,6 +235,24 @@ impl KernelCache {
         self.manifest.archs.get(&arch)?.tuned_on.as_deref()
     }
 
+    /// Whether `spec` has tuned choices of its own in this cache (not borrowed ones).
+    pub fn is_tuned(&self, spec: &KernelSpec) -> bool {
+        self.index
+            .get(spec)
+            .is_some_and(|ix| !ix.tuned.is_empty() && !ix.borrowed)
+    }
+
+    /// The tag of the spec whose tuned choices serve `spec` (see [`Reason::Borrowed`]).
+    pub fn borrowed_from(&self, spec: &KernelSpec) -> Option<&str> {
+        self.manifest
+            .archs
+            .get(&spec.arch)?
+            .specs
+            .get(&spec.tag())?
+            .borrowed_from
+            .as_deref()
+    }
+
     /// The kernel that serves `q`.
     pub fn select(&self, q: &Query) -> Result<Selected<'_>, SelectError> {
         let spec = KernelSpec {
@@ -242,6 +274,7 @@ impl KernelCache {
             .min_by_key(|(b, _)| ((log2(*b) - log2(wanted)).abs(), *b))
             .copied();
         let (k, reason) = match pick {
+            Some((b, k)) if ix.borrowed => (k, Reason::Borrowed { bucket: b, wanted }),
             Some((b, k)) if b == wanted => (k, Reason::Tuned { bucket: b }),
             Some((b, k)) => (k, Reason::NearestTuned { bucket: b, wanted }),
             None => (ix.default, Reason::Default),
@@ -350,6 +383,7 @@ pub(crate) mod tests {
                         (1024, "a_d128_default".into()),
                         (4096, "b_d128_tuned".into()),
                     ]),
+                    borrowed_from: None,
                 },
             ),
             (
@@ -357,6 +391,7 @@ pub(crate) mod tests {
                 SpecEntry {
                     default: "c_d64_default".into(),
                     tuned: BTreeMap::new(),
+                    borrowed_from: None,
                 },
             ),
         ]);
@@ -467,6 +502,66 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn an_untuned_spec_serving_a_related_specs_choices_says_so() {
+        // d128 causal with sinks, never tuned, serves d128 causal's tuned tile at 4096.
+        let mut m = manifest();
+        let plain = spec(128, MaskKind::Causal);
+        let sinks = KernelSpec {
+            features: Features {
+                sinks: true,
+                ..Features::default()
+            },
+            ..plain
+        };
+        let default = Template::Portable.default_config(&sinks);
+        let tuned = m.kernels["b_d128_tuned"].config.clone();
+        m.kernels
+            .insert("f_sinks_default".into(), entry(sinks, default));
+        m.kernels
+            .insert("g_sinks_borrowed".into(), entry(sinks, tuned));
+        m.archs.get_mut(&Arch::Sm90).unwrap().specs.insert(
+            sinks.tag(),
+            SpecEntry {
+                default: "f_sinks_default".into(),
+                tuned: BTreeMap::from([(4096, "g_sinks_borrowed".into())]),
+                borrowed_from: Some(plain.tag()),
+            },
+        );
+        let (_dir, cache) = open(&m);
+        let cache = cache.unwrap();
+        let with_sinks = |seqlen| Query {
+            features: sinks.features,
+            ..query(128, seqlen)
+        };
+        let s = cache.select(&with_sinks(3000)).unwrap();
+        assert_eq!(
+            (s.id, s.reason, s.is_default),
+            (
+                "g_sinks_borrowed",
+                Reason::Borrowed {
+                    bucket: 4096,
+                    wanted: 4096
+                },
+                false
+            )
+        );
+        let s = cache.select(&with_sinks(100)).unwrap();
+        assert_eq!(
+            s.reason,
+            Reason::Borrowed {
+                bucket: 4096,
+                wanted: 128
+            }
+        );
+        assert_eq!(cache.borrowed_from(&sinks), Some(plain.tag().as_str()));
+        assert!(!cache.is_tuned(&sinks) && cache.is_tuned(&plain));
+        // The plain spec's own lookups are unchanged.
+        let s = cache.select(&query(128, 3000)).unwrap();
+        assert_eq!(s.reason, Reason::Tuned { bucket: 4096 });
+        assert_eq!(cache.borrowed_from(&plain), None);
+    }
+
+    #[test]
     fn a_sliding_window_is_served_by_its_width_not_its_sequence() {
         // d128 local: the default at width 128, another tile tuned at width 1024.
         let mut m = manifest();
@@ -484,6 +579,7 @@ pub(crate) mod tests {
                     (128, "d_local_default".into()),
                     (1024, "e_local_wide".into()),
                 ]),
+                borrowed_from: None,
             },
         );
         let (_dir, cache) = open(&m);

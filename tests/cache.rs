@@ -62,8 +62,9 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
     let specs = [(Template::Portable, spec)];
     let records = export();
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let m1 = cache::build(&nvrtc, &renderer, &specs, &records, "h", a.path()).unwrap();
-    let m2 = cache::build(&nvrtc, &renderer, &specs, &records, "h", b.path()).unwrap();
+    let default = cache::Untuned::Default;
+    let m1 = cache::build(&nvrtc, &renderer, &specs, &records, default, "h", a.path()).unwrap();
+    let m2 = cache::build(&nvrtc, &renderer, &specs, &records, default, "h", b.path()).unwrap();
     assert_eq!(m1, m2);
     let (fa, fb) = (files(a.path()), files(b.path()));
     assert_eq!(fa.keys().collect::<Vec<_>>(), fb.keys().collect::<Vec<_>>());
@@ -105,6 +106,75 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
     }
 }
 
+/// With borrowing on, a spec that was never tuned serves, where the same spec without
+/// sinks was, that spec's choice per bucket, built for it; a spec with records of its
+/// own does not, nor does a soft-capped spec whose plain twin alone was tuned (softcap
+/// changes what bounds a tile). Off, every untuned spec keeps its default.
+#[test]
+fn an_untuned_sinks_spec_serves_its_plain_twins_choices() {
+    let renderer = Renderer::embedded().unwrap();
+    let mut records = export();
+    records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+    let with = |spec: KernelSpec, sinks: bool, softcap: bool| KernelSpec {
+        features: Features {
+            sinks,
+            softcap,
+            ..Features::default()
+        },
+        ..spec
+    };
+    let plain = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+    let sinks = with(plain, true, false);
+    let tuned_sinks = with(
+        KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal),
+        true,
+        false,
+    );
+    let capped = with(
+        KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None),
+        false,
+        true,
+    );
+    let has_records = |s: &KernelSpec| {
+        records
+            .iter()
+            .any(|r| r.template == Template::Hopper && r.spec == *s)
+    };
+    assert!(has_records(&plain) && !has_records(&sinks) && has_records(&tuned_sinks));
+    assert!(!has_records(&capped) && has_records(&with(capped, false, false)));
+
+    let specs: Vec<(Template, KernelSpec)> = [plain, sinks, tuned_sinks, capped]
+        .iter()
+        .map(|s| (Template::Hopper, *s))
+        .collect();
+    // The shipped cache's rule: the default.
+    let shipped = cache::plan(&specs, &records, cache::Untuned::Default);
+    assert!(shipped.borrowed.is_empty());
+    assert!(shipped
+        .wanted
+        .iter()
+        .all(|(c, b)| c.spec != sinks || b.is_none()));
+    let plan = cache::plan(&specs, &records, cache::Untuned::Borrow);
+    assert_eq!(plan.borrowed, BTreeMap::from([(sinks, plain)]));
+    let buckets = |spec: KernelSpec| -> BTreeMap<u32, fa4_gen::spec::TileConfig> {
+        plan.wanted
+            .iter()
+            .filter(|(c, b)| c.spec == spec && b.is_some())
+            .map(|(c, b)| (b.unwrap(), c.config.clone()))
+            .collect()
+    };
+    let plain_choices = buckets(plain);
+    assert!(plain_choices.len() >= 5, "{plain_choices:?}");
+    assert_eq!(buckets(sinks), plain_choices);
+    assert!(buckets(capped).is_empty());
+    let entries = cache::arch_entries(&renderer, &plan);
+    let served = &entries[&Arch::Sm90].specs;
+    assert_eq!(served[&sinks.tag()].borrowed_from, Some(plain.tag()));
+    assert_eq!(served[&plain.tag()].borrowed_from, None);
+    assert_eq!(served[&tuned_sinks.tag()].borrowed_from, None);
+    assert!(served[&capped.tag()].tuned.is_empty());
+}
+
 /// The committed `generated/manifest.json` is what `fa4-gen build-cache` makes from the
 /// committed `tuning-db/` export and the templates: the same kernels serve the same
 /// (spec, bucket) keys, and the committed sources are the current renders. (Cubins are
@@ -126,8 +196,8 @@ fn the_committed_cache_matches_the_tuning_db_and_templates() {
     let specs = cache::specs(&archs, &Features::ALL);
     let mut records = export();
     records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
-    let (tuned_on, wanted) = cache::plan(&specs, &records);
-    let expected = cache::arch_entries(&renderer, &tuned_on, &wanted);
+    let plan = cache::plan(&specs, &records, cache::Untuned::Default);
+    let expected = cache::arch_entries(&renderer, &plan);
     assert!(
         expected == committed.archs,
         "generated/ is out of date: run `fa4-gen build-cache` and commit generated/"

@@ -777,6 +777,51 @@ fn explain_serves_a_window_by_its_width() {
     );
 }
 
+/// An untuned sinks spec whose twin without sinks is tuned is served its default, and
+/// `explain` names the build that would serve the twin's tiles; a tuned one says nothing
+/// of it.
+#[test]
+fn explain_names_the_borrowing_build_for_an_untuned_sinks_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
+    let why = |head_dim: &str| {
+        let out = fa4_gen(
+            dir.path(),
+            &[
+                "explain",
+                "--cache",
+                cache.to_str().unwrap(),
+                "--head-dim",
+                head_dim,
+                "--seqlen",
+                "2048",
+                "--mask",
+                "causal",
+                "--features",
+                "sinks",
+            ],
+        );
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+            .lines()
+            .find_map(|l| l.strip_prefix("why"))
+            .unwrap()
+            .to_string()
+    };
+    let untuned = why("128");
+    assert!(
+        untuned.contains("heuristic default")
+            && untuned.contains("sm90_bf16_d128_causal is tuned")
+            && untuned.contains("--borrow-sinks"),
+        "{untuned}"
+    );
+    let tuned = why("64");
+    assert!(
+        tuned.contains("bucket 2048") && !tuned.contains("borrow"),
+        "{tuned}"
+    );
+}
+
 /// `explain` says how the kernel it picks runs, and says it of that kernel: the schedule
 /// line follows the config the cache serves (whatever a re-tune picked).
 #[test]

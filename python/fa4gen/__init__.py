@@ -30,7 +30,7 @@ from pathlib import Path
 __all__ = ["flash_attn_varlen_func", "flash_attn_func", "KernelCache", "Fa4genError", "version"]
 
 OK, ERR_INVALID_ARGUMENT, ERR_CACHE, ERR_UNSUPPORTED, ERR_INTERNAL, ERR_CUDA = range(6)
-_REASONS = {0: "tuned", 1: "nearest tuned bucket", 2: "default"}
+_REASONS = {0: "tuned", 1: "nearest tuned bucket", 2: "default", 3: "borrowed"}
 _ARCHS = {"sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100, "sm120": 120}
 _HERE = Path(__file__).resolve().parent
 

@@ -36,6 +36,12 @@ pub struct BuildCacheArgs {
     /// Parallel NVRTC compilations [default: one per core].
     #[arg(short, long)]
     pub jobs: Option<usize>,
+    /// Serve each spec that carries sinks and was never tuned with the tuned choices of
+    /// the same spec without sinks, built for it, instead of its heuristic default (off
+    /// in the shipped cache until those kernels have been checked on a GPU: run `fa4-gen
+    /// verify` on them before serving such a cache).
+    #[arg(long = "borrow-sinks")]
+    pub borrow_sinks: bool,
 }
 
 #[derive(Debug, Args)]
@@ -120,8 +126,13 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
     let pool = compile_pool(a.jobs)?;
     let started = std::time::Instant::now();
     let hash = cache::export_hash(&texts);
+    let untuned = if a.borrow_sinks {
+        cache::Untuned::Borrow
+    } else {
+        cache::Untuned::Default
+    };
     let manifest =
-        pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, &hash, &a.out))?;
+        pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, untuned, &hash, &a.out))?;
     if !quiet {
         for (arch, entry) in &manifest.archs {
             let tuned = entry.specs.values().filter(|s| !s.tuned.is_empty()).count();
@@ -258,7 +269,28 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         Reason::NearestTuned { bucket, wanted } => format!(
             "no record for bucket {wanted}: the choice tuned on {gpu} for the nearest bucket, {bucket}"
         ),
-        Reason::Default => format!("{arch} is not tuned for this spec: the heuristic default"),
+        Reason::Borrowed { bucket, wanted } => format!(
+            "{arch} is not tuned for this spec: the choice tuned on {gpu} for {} at bucket \
+             {bucket}{}, built for this spec (its sinks leave the tile's key loop as it was)",
+            cache.borrowed_from(&s.kernel.spec).unwrap_or("a related spec"),
+            if bucket == wanted {
+                String::new()
+            } else {
+                format!(" (nearest to {wanted})")
+            }
+        ),
+        Reason::Default => {
+            // A sinks spec whose twin without sinks is tuned could serve that twin's tiles.
+            let twin = cache::donor(&s.kernel.spec).filter(|d| cache.is_tuned(d));
+            let hint = twin.map_or(String::new(), |d| {
+                format!(
+                    " ({} is tuned: a cache built with `fa4-gen build-cache --borrow-sinks` \
+                     serves its choices here)",
+                    d.tag()
+                )
+            });
+            format!("{arch} is not tuned for this spec: the heuristic default{hint}")
+        }
     };
     let k = s.kernel;
     if a.json {
