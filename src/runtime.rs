@@ -5,8 +5,9 @@
 //! Bucketing: the problem's longest query sequence picks a sequence-length bucket (a
 //! sliding window bounded on both sides: its width); the
 //! spec's tuned choice for that bucket serves it, or the nearest tuned bucket's; a spec
-//! with no tuned record serves its heuristic default (never an error). A problem no
-//! cached spec covers is an error naming what is unsupported.
+//! with no tuned record serves its heuristic default (never an error), or, in a cache
+//! built to borrow them, the tuned choices of its twin without sinks. A problem no cached
+//! spec covers is an error naming what is unsupported.
 
 mod prefill;
 

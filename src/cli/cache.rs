@@ -135,16 +135,23 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
         pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, untuned, &hash, &a.out))?;
     if !quiet {
         for (arch, entry) in &manifest.archs {
-            let tuned = entry.specs.values().filter(|s| !s.tuned.is_empty()).count();
+            let tuned = entry.specs.values().filter(|s| !s.tuned.is_empty());
+            let borrowing = tuned.clone().filter(|s| s.borrowed_from.is_some()).count();
             println!(
-                "{arch}: {} specs, {tuned} tuned{}",
+                "{arch}: {} specs, {} tuned{}{}",
                 entry.specs.len(),
+                tuned.count() - borrowing,
                 entry
                     .tuned_on
                     .as_ref()
                     .map_or(" (untuned: heuristic defaults)".to_string(), |g| format!(
                         " on {g}"
-                    ))
+                    )),
+                if borrowing > 0 {
+                    format!(", {borrowing} serving a twin's tuned choices")
+                } else {
+                    String::new()
+                }
             );
         }
         println!(
