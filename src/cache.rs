@@ -245,9 +245,65 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
     }
 }
 
+impl CacheBuildError {
+    /// The kernel a failure of one kernel names.
+    fn kernel_id(&self) -> Option<&str> {
+        match self {
+            CacheBuildError::Compile { id, .. } | CacheBuildError::Rejected { id, .. } => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// Leaves out of `plan` the borrowed choices whose kernels are in `failed` (they did not
+/// build: spills, say, that the donor's build did not have) and returns those kernels'
+/// ids. A kernel the plan also needs as a default or a spec's own tuned choice is kept, so
+/// its failure stays the build's error; a spec left with no borrowed choice serves its
+/// default again.
+pub fn drop_unbuilt_borrowed(
+    renderer: &Renderer,
+    plan: &mut Plan,
+    failed: &std::collections::BTreeSet<String>,
+) -> Vec<String> {
+    let borrowed_entry =
+        |(c, b): &(Candidate, Option<u32>)| b.is_some() && plan.borrowed.contains_key(&c.spec);
+    let needed_otherwise: std::collections::BTreeSet<String> = plan
+        .wanted
+        .iter()
+        .filter(|w| !borrowed_entry(w))
+        .map(|(c, _)| renderer.kernel_id(c).0)
+        .collect();
+    let dropped: std::collections::BTreeSet<String> = plan
+        .wanted
+        .iter()
+        .filter(|w| borrowed_entry(w))
+        .map(|(c, _)| renderer.kernel_id(c).0)
+        .filter(|id| failed.contains(id) && !needed_otherwise.contains(id))
+        .collect();
+    let borrowed = plan.borrowed.clone();
+    plan.wanted.retain(|(c, b)| {
+        !(b.is_some()
+            && borrowed.contains_key(&c.spec)
+            && dropped.contains(&renderer.kernel_id(c).0))
+    });
+    let wanted = &plan.wanted;
+    plan.borrowed
+        .retain(|spec, _| wanted.iter().any(|(c, b)| c.spec == *spec && b.is_some()));
+    dropped.into_iter().collect()
+}
+
+/// A built cache, and the borrowed choices left out of it because their kernels did not
+/// build ([`drop_unbuilt_borrowed`]).
+#[derive(Debug)]
+pub struct Built {
+    pub manifest: Manifest,
+    pub dropped: Vec<String>,
+}
+
 /// Builds the cache for `specs` into `out` from the export's `records` (whose bytes hash
 /// to `export_hash`), untuned specs served as `untuned` says. Compiles in parallel on the
-/// current rayon pool.
+/// current rayon pool. A kernel that does not build is an error, unless it serves only
+/// borrowed choices: those are left out, and named in [`Built::dropped`].
 pub fn build(
     nvrtc: &Nvrtc,
     renderer: &Renderer,
@@ -256,8 +312,8 @@ pub fn build(
     untuned: Untuned,
     export_hash: &str,
     out: &Path,
-) -> Result<Manifest, CacheBuildError> {
-    let plan = plan(specs, records, untuned);
+) -> Result<Built, CacheBuildError> {
+    let mut plan = plan(specs, records, untuned);
     // Unique kernels, by id.
     let mut kernels: BTreeMap<String, (Candidate, Footprint)> = BTreeMap::new();
     for (c, _) in &plan.wanted {
@@ -318,6 +374,15 @@ pub fn build(
     // Every failure at once: a cache build is long, and one rebuild should fix them all.
     let (built, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(Result::is_ok);
     let mut failed: Vec<CacheBuildError> = failed.into_iter().filter_map(Result::err).collect();
+    let failed_ids = failed
+        .iter()
+        .filter_map(|e| e.kernel_id().map(str::to_string))
+        .collect();
+    let dropped = drop_unbuilt_borrowed(renderer, &mut plan, &failed_ids);
+    failed.retain(|e| {
+        e.kernel_id()
+            .is_none_or(|id| !dropped.iter().any(|d| d == id))
+    });
     match failed.len() {
         0 => {}
         1 => return Err(failed.remove(0)),
@@ -346,7 +411,7 @@ pub fn build(
         &out.join(MANIFEST_FILE),
         (serde_json::to_string_pretty(&manifest).expect("manifest serialises") + "\n").as_bytes(),
     )?;
-    Ok(manifest)
+    Ok(Built { manifest, dropped })
 }
 
 /// Per arch, what serves each spec: the kernel ids of the default and of the tuned (or

@@ -65,6 +65,8 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
     let default = cache::Untuned::Default;
     let m1 = cache::build(&nvrtc, &renderer, &specs, &records, default, "h", a.path()).unwrap();
     let m2 = cache::build(&nvrtc, &renderer, &specs, &records, default, "h", b.path()).unwrap();
+    assert!(m1.dropped.is_empty());
+    let (m1, m2) = (m1.manifest, m2.manifest);
     assert_eq!(m1, m2);
     let (fa, fb) = (files(a.path()), files(b.path()));
     assert_eq!(fa.keys().collect::<Vec<_>>(), fb.keys().collect::<Vec<_>>());
@@ -173,6 +175,64 @@ fn an_untuned_sinks_spec_serves_its_plain_twins_choices() {
     assert_eq!(served[&plain.tag()].borrowed_from, None);
     assert_eq!(served[&tuned_sinks.tag()].borrowed_from, None);
     assert!(served[&capped.tag()].tuned.is_empty());
+}
+
+/// A borrowed choice whose kernel did not build is left out of the plan (its spec serves
+/// the other borrowed buckets, or its default once none is left); a kernel the plan needs
+/// otherwise is never left out, so its failure stays an error.
+#[test]
+fn a_borrowed_kernel_that_did_not_build_is_left_out() {
+    let renderer = Renderer::embedded().unwrap();
+    let mut records = export();
+    records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+    let plain = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+    let sinks = KernelSpec {
+        features: Features {
+            sinks: true,
+            ..Features::default()
+        },
+        ..plain
+    };
+    let specs = [(Template::Hopper, plain), (Template::Hopper, sinks)];
+    let plan = cache::plan(&specs, &records, cache::Untuned::Borrow);
+    let id = |c: &fa4_gen::space::Candidate| renderer.kernel_id(c).0;
+    let borrowed: std::collections::BTreeSet<String> = plan
+        .wanted
+        .iter()
+        .filter(|(c, b)| c.spec == sinks && b.is_some())
+        .map(|(c, _)| id(c))
+        .collect();
+    assert!(borrowed.len() >= 2, "{borrowed:?}");
+    let plain_default = plan
+        .wanted
+        .iter()
+        .find(|(c, b)| c.spec == plain && b.is_none())
+        .map(|(c, _)| id(c))
+        .unwrap();
+
+    // One borrowed kernel and the plain default fail: only the borrowed one goes.
+    let first = borrowed.iter().next().unwrap().clone();
+    let mut one = plan.clone();
+    let failed = [first.clone(), plain_default.clone()].into_iter().collect();
+    assert_eq!(
+        cache::drop_unbuilt_borrowed(&renderer, &mut one, &failed),
+        vec![first.clone()]
+    );
+    assert!(one.wanted.iter().all(|(c, _)| id(c) != first));
+    assert!(one.wanted.iter().any(|(c, _)| id(c) == plain_default));
+    assert_eq!(one.borrowed.get(&sinks), Some(&plain));
+
+    // Every borrowed kernel fails: the spec serves its default, borrowing nothing.
+    let mut all = plan.clone();
+    assert_eq!(
+        cache::drop_unbuilt_borrowed(&renderer, &mut all, &borrowed),
+        borrowed.iter().cloned().collect::<Vec<_>>()
+    );
+    assert!(all.borrowed.is_empty());
+    let served = cache::arch_entries(&renderer, &all);
+    let entry = &served[&Arch::Sm90].specs[&sinks.tag()];
+    assert!(entry.tuned.is_empty() && entry.borrowed_from.is_none());
+    assert!(!entry.default.is_empty());
 }
 
 /// The committed `generated/manifest.json` is what `fa4-gen build-cache` makes from the

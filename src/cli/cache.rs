@@ -131,8 +131,16 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
     } else {
         cache::Untuned::Default
     };
-    let manifest =
+    let built =
         pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, untuned, &hash, &a.out))?;
+    // Said even when quiet: those buckets serve the nearest borrowed choice or the default.
+    for id in &built.dropped {
+        eprintln!(
+            "warning: {id} did not build cleanly, so the buckets it was borrowed for serve the \
+             nearest borrowed choice or the spec's default"
+        );
+    }
+    let manifest = built.manifest;
     if !quiet {
         for (arch, entry) in &manifest.archs {
             let tuned = entry.specs.values().filter(|s| !s.tuned.is_empty());
