@@ -18,14 +18,9 @@ import argparse, json
 import torch
 import triton
 import fa4gen
+from peers_features import visible_pairs  # this folder's: the pairs a causal window leaves
 
 CAP = 30.0
-
-
-def pairs(s, window):
-    if window < 0 or window >= s - 1:
-        return s * (s + 1) / 2
-    return (window + 1) * (window + 2) / 2 + (s - window - 1) * (window + 1)
 
 
 def main():
@@ -54,7 +49,7 @@ def main():
             q, k, v = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             sinks = torch.rand(h, device="cuda") * 4 - 1 if sinks_on else None
             if window >= 0:
-                flops = 4 * b * h * d * pairs(s, window)
+                flops = 4 * b * h * d * visible_pairs(s, window)
             else:
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
             ws = (window, 0) if window >= 0 else (-1, -1)

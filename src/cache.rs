@@ -191,48 +191,43 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
                 .iter()
                 .filter(|r| r.spec.arch == arch && gpu_of(r) == *gpu)
                 .collect();
+            // The record's choice for its bucket, built for `spec`.
+            let choice_for = |r: &Record, spec: KernelSpec| {
+                let choice = r.choice()?;
+                let c = Candidate {
+                    template: r.template,
+                    spec,
+                    config: choice.config.clone(),
+                };
+                Some((c, Some(r.bucket.seqlen)))
+            };
             let served = |r: &Record| specs.iter().any(|(t, s)| *t == r.template && *s == r.spec);
-            for r in on_gpu.iter().filter(|r| served(r)) {
-                if let Some(choice) = r.choice() {
-                    let c = Candidate {
-                        template: r.template,
-                        spec: r.spec,
-                        config: choice.config.clone(),
-                    };
-                    wanted.push((c, Some(r.bucket.seqlen)));
-                }
-            }
-            let borrowing = specs
-                .iter()
-                .filter(|(_, s)| s.arch == arch && untuned == Untuned::Borrow);
-            for (template, spec) in borrowing {
-                let tuned = |s: &KernelSpec| {
-                    on_gpu
-                        .iter()
-                        .any(|r| r.template == *template && r.spec == *s && r.choice().is_some())
-                };
-                let Some(from) = donor(spec).filter(|d| !tuned(spec) && tuned(d)) else {
-                    continue;
-                };
-                let mut any = false;
-                for r in on_gpu
+            wanted.extend(
+                on_gpu
                     .iter()
-                    .filter(|r| r.template == *template && r.spec == from)
-                {
-                    let Some(choice) = r.choice() else { continue };
-                    if template.check(spec, &choice.config).is_err() {
-                        continue;
-                    }
-                    let c = Candidate {
-                        template: *template,
-                        spec: *spec,
-                        config: choice.config.clone(),
+                    .filter(|r| served(r))
+                    .filter_map(|r| choice_for(r, r.spec)),
+            );
+            if untuned == Untuned::Borrow {
+                for (template, spec) in specs.iter().filter(|(_, s)| s.arch == arch) {
+                    let records_of = |s: KernelSpec| {
+                        on_gpu
+                            .iter()
+                            .filter(move |r| r.template == *template && r.spec == s)
                     };
-                    wanted.push((c, Some(r.bucket.seqlen)));
-                    any = true;
-                }
-                if any {
-                    borrowed.insert(*spec, from);
+                    let tuned = |s: KernelSpec| records_of(s).any(|r| r.choice().is_some());
+                    let Some(from) = donor(spec).filter(|d| !tuned(*spec) && tuned(*d)) else {
+                        continue;
+                    };
+                    let before = wanted.len();
+                    wanted.extend(
+                        records_of(from)
+                            .filter_map(|r| choice_for(r, *spec))
+                            .filter(|(c, _)| template.check(spec, &c.config).is_ok()),
+                    );
+                    if wanted.len() > before {
+                        borrowed.insert(*spec, from);
+                    }
                 }
             }
         }
@@ -265,31 +260,39 @@ pub fn drop_unbuilt_borrowed(
     plan: &mut Plan,
     failed: &std::collections::BTreeSet<String>,
 ) -> Vec<String> {
-    let borrowed_entry =
-        |(c, b): &(Candidate, Option<u32>)| b.is_some() && plan.borrowed.contains_key(&c.spec);
-    let needed_otherwise: std::collections::BTreeSet<String> = plan
+    if failed.is_empty() {
+        return Vec::new();
+    }
+    // Each wanted kernel's id, and whether the entry is a borrowed choice.
+    let entries: Vec<(String, bool)> = plan
         .wanted
         .iter()
-        .filter(|w| !borrowed_entry(w))
-        .map(|(c, _)| renderer.kernel_id(c).0)
+        .map(|(c, b)| {
+            let borrowed = b.is_some() && plan.borrowed.contains_key(&c.spec);
+            (renderer.kernel_id(c).0, borrowed)
+        })
         .collect();
-    let dropped: std::collections::BTreeSet<String> = plan
-        .wanted
+    let needed_otherwise: std::collections::BTreeSet<&str> = entries
         .iter()
-        .filter(|w| borrowed_entry(w))
-        .map(|(c, _)| renderer.kernel_id(c).0)
-        .filter(|id| failed.contains(id) && !needed_otherwise.contains(id))
+        .filter(|(_, borrowed)| !borrowed)
+        .map(|(id, _)| id.as_str())
         .collect();
-    let borrowed = plan.borrowed.clone();
-    plan.wanted.retain(|(c, b)| {
-        !(b.is_some()
-            && borrowed.contains_key(&c.spec)
-            && dropped.contains(&renderer.kernel_id(c).0))
-    });
+    let dropped: std::collections::BTreeSet<&str> = entries
+        .iter()
+        .filter(|(id, borrowed)| {
+            *borrowed && failed.contains(id) && !needed_otherwise.contains(id.as_str())
+        })
+        .map(|(id, _)| id.as_str())
+        .collect();
+    let mut keep = entries
+        .iter()
+        .map(|(id, borrowed)| !(*borrowed && dropped.contains(id.as_str())));
+    plan.wanted
+        .retain(|_| keep.next().expect("one flag per entry"));
     let wanted = &plan.wanted;
     plan.borrowed
         .retain(|spec, _| wanted.iter().any(|(c, b)| c.spec == *spec && b.is_some()));
-    dropped.into_iter().collect()
+    dropped.into_iter().map(str::to_string).collect()
 }
 
 /// A built cache, and the borrowed choices left out of it because their kernels did not
