@@ -1,0 +1,73 @@
+#!/bin/bash
+# The tune of the unmasked soft-capped Hopper specs (bf16 and fp16, d64 to d256: 8 specs,
+# 72 keys), which no tune has reached: they serve their heuristic default. Prepared here
+# without a GPU, run in one device call:
+#
+#   bench/softcap_tune.sh prepare      # here (about 8 minutes on 2 cores): .device/softcap*
+#   bash bench/softcap_tune.sh run     # on the GPU host, carrying .device; results in $OUT
+#
+# prepare: every candidate of the 8 specs compiled (`tune --compile-only`, 86 a spec) into
+# a build folder, so the device spends its time checking and timing, not compiling; that
+# folder, the binary and the committed export go to .device.
+# run: the export imported into a scratch database; `tune` of the 8 specs under a budget
+# (a tune resumes where its budget stopped it: commit the returned export as
+# tuning-db/sm90.json and run again); the new export; then `bench --db` of the unmasked
+# cells, plain and soft-capped, so each soft-capped cell's default and new pick are timed
+# beside the plain pick in one run.
+# The sinks+softcap twins of these specs are not tuned here: `build-cache --borrow-sinks`
+# serves them these specs' picks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SPECS=(--arch sm90 --template hopper --dtype bf16,fp16 --head-dim 64,128,192,256 --mask none --features softcap)
+
+prepare() {
+    local B=target/release/fa4-gen W
+    W=$(mktemp -d)
+    cargo build --release --quiet
+    "$B" tune "${SPECS[@]}" --compile-only --build-dir "$W/build" --db "$W/db.sled" -q
+    rm -rf "$W/build/src"
+    tar cf - -C "$W" build | xz -T0 -6 > .device/softcap-build.tar.xz
+    xz -T0 -6 -c tuning-db/sm90.json > .device/sm90.json.xz
+    xz -T0 -6 -c "$B" > .device/fa4-gen.xz
+    rm -rf "$W"
+    du -ch .device/softcap-build.tar.xz .device/sm90.json.xz .device/fa4-gen.xz | tail -1
+    echo "carry .device and run: bash bench/softcap_tune.sh run"
+}
+
+run() {
+    # globals: the EXIT trap runs after this function has returned
+    R=$OUT/r B=$PWD/.device/fa4-gen LIMIT=${LIMIT:-570}
+    START=$(date +%s)
+    mkdir -p "$R"
+    left() { echo $((LIMIT - ($(date +%s) - START))); }
+    # step NAME SECONDS_NEEDED CMD...: runs CMD (log in $R/NAME.log) if that much time is left
+    step() {
+        local name=$1 need=$2 t0 rc=0
+        shift 2
+        if [ "$(left)" -lt "$need" ]; then
+            echo "SKIP $name (left $(left)s)" | tee -a "$R/steps.txt"
+            return
+        fi
+        t0=$(date +%s)
+        timeout $(($(left) - 15)) "$@" > "$R/$name.log" 2>&1 || rc=$?
+        echo "$name rc=$rc $(($(date +%s) - t0))s" | tee -a "$R/steps.txt"
+    }
+    finish() {
+        "$B" db export --db /tmp/db.sled --out "$R/sm90-new.json" > "$R/export.log" 2>&1 || true
+        xz -T0 "$R/sm90-new.json" 2> /dev/null || true
+        tar czf "$OUT/r.tgz" -C "$OUT" r
+    }
+    trap finish EXIT
+    xz -dc .device/fa4-gen.xz > "$B"
+    chmod +x "$B"
+    xz -dc .device/sm90.json.xz > /tmp/sm90.json
+    tar xJf .device/softcap-build.tar.xz -C /tmp
+    { nvidia-smi -q | grep -iE "serial" | head -1; } > "$R/gpu.txt" || true
+    "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
+    step tune 120 "$B" tune "${SPECS[@]}" --db /tmp/db.sled --build-dir /tmp/build --json --budget $(($(left) - 90))s
+    step bench 45 "$B" bench --db /tmp/db.sled --template hopper --head-dim 64,128,256 --mask none \
+        --features none,softcap --seqlen 1024,4096,16384 --budget-ms 100 --build-dir /tmp/build \
+        --json "$R/bench.json" -q
+}
+
+"${1:?usage: bench/softcap_tune.sh prepare|run}"
