@@ -14,8 +14,22 @@ use serde_json::{json, Value};
 
 use super::{twins, Footprint, RejectKind, Rejection};
 
-/// Head dims of whole 64-column blocks (the 128-byte swizzle atom of wgmma's operands).
-pub(super) const HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128), (192, 192), (256, 256)];
+/// Head dims the template builds. Its tiles hold whole 64-column blocks (the 128-byte
+/// swizzle atom of wgmma's operands), so d96 runs in d128's tiles ([`padded`]).
+pub(super) const HEAD_DIMS: &[(u32, u32)] =
+    &[(64, 64), (96, 96), (128, 128), (192, 192), (256, 256)];
+
+/// Head dims built but never yet run on a GPU: the shipped cache serves them with the
+/// portable template ([`super::Template::serving`]) until `fa4-gen verify` passes on an
+/// H200 and a tune has timed them.
+pub(super) const UNVERIFIED_HEAD_DIMS: &[(u32, u32)] = &[(96, 96)];
+
+/// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
+/// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
+/// swizzle atom; the QK GEMM steps over the real columns only.
+fn padded(head_dim: u32) -> u32 {
+    head_dim.div_ceil(64) * 64
+}
 
 /// Switch: pack the query heads that share a KV head into one block's rows (as the
 /// portable template's).
@@ -360,13 +374,10 @@ pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
 /// traits.cuh's kSmemBytes: Q slots (which stage O too unless it has slots of its
 /// own), O's slots, the K/V stages, and the block scalars or the mbarriers.
 fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u32) -> u32 {
-    let q_slot_cols = if o_slots > 0 {
-        spec.head_dim
-    } else {
-        spec.head_dim.max(spec.head_dim_v)
-    };
-    let o_region = o_slots * 64 * spec.head_dim_v;
-    let kv_stage = c.block_n * (spec.head_dim + spec.head_dim_v);
+    let (d, dv) = (padded(spec.head_dim), padded(spec.head_dim_v));
+    let q_slot_cols = if o_slots > 0 { d } else { d.max(dv) };
+    let o_region = o_slots * 64 * dv;
+    let kv_stage = c.block_n * (d + dv);
     // the K/V ring's mbarriers (full and empty, K and V, per stage), each consumer's Q
     // slot's (full and empty), and a shared O slot's (free)
     let extra = if warp_specialized(c) {
@@ -400,7 +411,7 @@ pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     } else {
         c.block_n / 4
     };
-    spec.head_dim_v / 2 + c.block_n / 2 + p_regs + allowance
+    padded(spec.head_dim_v) / 2 + c.block_n / 2 + p_regs + allowance
 }
 
 pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Rejection> {
@@ -416,6 +427,14 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         return reject(
             RejectKind::Shape,
             "capoffset: a warp-specialised tile of a bf16 soft-capped spec".into(),
+        );
+    }
+    // At d96 (d128's tiles, six QK k-steps) ptxas serialises the wgmmas of every
+    // fixed-offset tile for want of registers (C7511), the 64-row single consumer's too.
+    if c.switch(CAP_OFFSET, 0) == 1 && padded(spec.head_dim) != spec.head_dim {
+        return reject(
+            RejectKind::Shape,
+            "capoffset: not at a padded head dim (ptxas serialises its wgmmas)".into(),
         );
     }
     let producer_warps = if ws { 4 } else { 0 };
@@ -493,10 +512,10 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             format!("block_n {} is not a multiple of 16 up to 256", c.block_n),
         );
     }
-    if spec.head_dim % 64 != 0 || spec.head_dim_v % 64 != 0 || spec.head_dim_v > 256 {
+    if spec.head_dim % 16 != 0 || spec.head_dim_v % 16 != 0 || padded(spec.head_dim_v) > 256 {
         return reject(
             RejectKind::Shape,
-            "head dims must be 64-column blocks, V's at most 256".into(),
+            "head dims must be whole 16-column k-steps, V's at most 256".into(),
         );
     }
     if !ws && !(1..=2).contains(&c.stages) {
@@ -567,8 +586,9 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             0
         },
         causal_m_blocks_in_y: false,
+        // (the workspace holds the consumers' O accumulators, padding columns too)
         split_head_dim_v: if splits_tail(spec, c) {
-            spec.head_dim_v
+            padded(spec.head_dim_v)
         } else {
             0
         },
@@ -692,9 +712,9 @@ pub(super) fn render_values(
 ) -> Vec<(&'static str, Value)> {
     let ws = warp_specialized(c);
     let half_first = half_first_block(spec, c);
-    // QK over N = block_n, PV over N = head_dim_v, the half first block's QK over
+    // QK over N = block_n, PV over N = head_dim_v padded, the half first block's QK over
     // N = block_n / 2.
-    let mut ns = vec![c.block_n, spec.head_dim_v];
+    let mut ns = vec![c.block_n, padded(spec.head_dim_v)];
     if half_first {
         ns.push(c.block_n / 2);
     }
@@ -1279,6 +1299,70 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn d96_runs_in_d128s_tiles_and_is_not_yet_served() {
+        let d96 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 96, MaskKind::None);
+        let d128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+        assert!(super::super::Template::Hopper.supports(&d96));
+        assert_eq!(
+            super::super::Template::serving(&d96),
+            super::super::Template::Portable
+        );
+        // Shared memory, registers and the split workspace are d128's (padded columns),
+        // for every candidate both build.
+        let mut both = 0;
+        for c in candidates(&d96) {
+            match (check(&d96, &c), check(&d128, &c)) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(
+                        (a.smem_bytes, a.est_registers, a.split_head_dim_v),
+                        (b.smem_bytes, b.est_registers, b.split_head_dim_v),
+                        "{c:?}"
+                    );
+                    both += 1;
+                }
+                (Err(_), Ok(_)) => assert_eq!(c.switch(CAP_OFFSET, 0), 1, "{c:?}"),
+                (a, b) => assert_eq!(a.is_ok(), b.is_ok(), "{c:?}"),
+            }
+        }
+        assert!(both > 40, "{both}");
+        let persistent = {
+            let mut c = ws_config(2, 128, 1, 1, 0);
+            c.switches.insert(PERSISTENT.to_string(), 1);
+            c
+        };
+        assert_eq!(check(&d96, &persistent).unwrap().split_head_dim_v, 128);
+        // The PV GEMM's N is the padded 128 (an MN-major operand ends on a swizzle atom),
+        // QK's N the key block.
+        let c = ws_config(2, 64, 1, 1, 0);
+        let fp = check(&d96, &c).unwrap();
+        let values = render_values(&d96, &c, &fp);
+        let shapes = &values.iter().find(|(k, _)| *k == "wgmma").unwrap().1;
+        let ns: Vec<_> = shapes
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["n"].clone())
+            .collect();
+        assert_eq!(ns, vec![json!(64), json!(128)]);
+        assert_eq!(
+            values.iter().find(|(k, _)| *k == "head_dim").unwrap().1,
+            json!(96)
+        );
+        // The fixed-offset twin is not offered there (ptxas serialises its wgmmas).
+        let capped = KernelSpec {
+            features: "softcap".parse().unwrap(),
+            ..d96
+        };
+        let mut fixed = ws_config(2, 128, 1, 1, 0);
+        fixed.switches.insert(CAP_OFFSET.to_string(), 1);
+        assert_eq!(check(&capped, &fixed).unwrap_err().kind, RejectKind::Shape);
+        assert_eq!(default_config(&capped).switch(CAP_OFFSET, 0), 0);
+        // Head dims that are not whole k-steps are refused.
+        let d72 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 72, MaskKind::None);
+        assert_eq!(check(&d72, &c).unwrap_err().kind, RejectKind::Shape);
     }
 
     #[test]

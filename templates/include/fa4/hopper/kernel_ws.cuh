@@ -96,7 +96,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     constexpr int kStages = T::kStages;
     constexpr int kConsumers = T::kWarpgroups;
     constexpr int kCluster = T::kClusterM;  // blocks per cluster, sharing their K/V loads
-    using MmaO = Wgmma<T::kHeadDimV, kBf16>;
+    using MmaO = Wgmma<T::kHeadDimVPad, kBf16>;
     using LayoutQ = WgmmaLayout<64, T::kHeadDim>;   // one consumer's rows
     using LayoutO = WgmmaLayout<64, T::kHeadDimV>;
     constexpr int kQSlotBytes = T::kSmemQSlot * 2;  // one consumer's Q (and, unless kSeparateO, its O)
@@ -322,7 +322,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                     mbarrier_wait(empty_q(c, qb), ((q_round / kQBuffers) & 1) ^ 1);
                     if (q_by_tma(valid)) {
                         if (tid == 0) {
-                            mbarrier_arrive_expect_tx(full_q(c, qb), T::kHeadDim * 64 * 2);
+                            mbarrier_arrive_expect_tx(full_q(c, qb), T::kHeadDimPad * 64 * 2);
                             tma_load_tile<T::kHeadDim, 64>(q_slot(c, qb), maps.q, full_q(c, qb),
                                                            q_map_row(w) + row_begin, w.head, q_map_batch(w));
                         }

@@ -54,12 +54,17 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const TensorMap* map, u32 b
         : "memory");
 }
 
-// A tile of kRows rows x kCols columns: kCols / 64 boxes of 64 columns into consecutive
-// column blocks of kRows x 128 bytes (WgmmaLayout's), all completing `bar`'s transfer.
+// A tile of kRows rows x kCols columns: boxes of 64 columns into consecutive column blocks
+// of kRows x 128 bytes (WgmmaLayout's), all completing `bar`'s transfer. A last box past
+// the map's columns (d96's second) is filled with zeros, and its bytes still count.
+template <int kCols>
+constexpr int column_boxes() {
+    return (kCols + 63) / 64;
+}
 template <int kCols, int kRows>
 __device__ __forceinline__ void tma_load_tile(u32 dst, const TensorMap* map, u32 bar, int row, int head, int batch) {
 #pragma unroll
-    for (int cb = 0; cb < kCols / 64; ++cb) tma_load_4d(dst + cb * kRows * 128, map, bar, cb * 64, row, head, batch);
+    for (int cb = 0; cb < column_boxes<kCols>(); ++cb) tma_load_4d(dst + cb * kRows * 128, map, bar, cb * 64, row, head, batch);
 }
 
 // The same tile into every block of a cluster of kCluster along m: this block (`rank`)
@@ -71,7 +76,7 @@ __device__ __forceinline__ void tma_load_tile_multicast(u32 dst, const TensorMap
                                                         int batch, u32 rank) {
     const u16 blocks = (1u << kCluster) - 1;
 #pragma unroll
-    for (int cb = 0; cb < kCols / 64; ++cb) {
+    for (int cb = 0; cb < column_boxes<kCols>(); ++cb) {
         if (cb % kCluster != int(rank)) continue;
         asm volatile(
             "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
@@ -93,13 +98,13 @@ __device__ __forceinline__ void tma_load_ring_tile(u32 dst, const TensorMap* map
     }
 }
 
-// The reverse: a staged tile of kRows rows out to global memory, in one bulk group. The
-// threads that wrote the tile fence it for the async proxy (fence_proxy_async) and meet
-// before one of them issues this.
+// The reverse: a staged tile of kRows rows out to global memory, in one bulk group (the
+// map clips a last box past its columns). The threads that wrote the tile fence it for
+// the async proxy (fence_proxy_async) and meet before one of them issues this.
 template <int kCols, int kRows>
 __device__ __forceinline__ void tma_store_tile(u32 src, const TensorMap* map, int row, int head, int batch) {
 #pragma unroll
-    for (int cb = 0; cb < kCols / 64; ++cb) {
+    for (int cb = 0; cb < column_boxes<kCols>(); ++cb) {
         asm volatile(
             "cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
                 reinterpret_cast<u64>(map)),

@@ -16,8 +16,15 @@ struct Traits {
     static constexpr bool kIsBf16 = Element::kIsBf16;
     static constexpr MaskKind kMask = Config::kMask;
 
+    // Columns of Q/K and of V/O in global memory.
     static constexpr int kHeadDim = Config::kHeadDim;
     static constexpr int kHeadDimV = Config::kHeadDimV;
+    // In shared memory and as the PV GEMM's N, head dims run in whole 64-column blocks
+    // (the 128-byte swizzle atom; an MN-major operand cannot end inside one): d96 sits
+    // in d128's tiles. The QK GEMM steps over the real columns only; V's padding columns
+    // (zeros by TMA, stale by cp.async) feed O columns that are never stored.
+    static constexpr int kHeadDimPad = (kHeadDim + 63) / 64 * 64;
+    static constexpr int kHeadDimVPad = (kHeadDimV + 63) / 64 * 64;
     static constexpr int kWarpgroups = Config::kWarpgroups;  // each owns 64 query rows
     // Warp specialisation: one more warpgroup loads K/V for the others (kernel_ws.cuh);
     // the consumers take turns at the tensor cores (pingpong) and issue the next QK GEMM
@@ -77,7 +84,7 @@ struct Traits {
     static constexpr int kThreads = kWarps * 32;
     static constexpr int kRowsPerWarp = 16;
     static constexpr int kNTiles = kBlockN / 8;   // 8-column fragments of S per thread
-    static constexpr int kOTiles = kHeadDimV / 8; // 8-column fragments of O per thread
+    static constexpr int kOTiles = kHeadDimVPad / 8; // 8-column fragments of O per thread
     static constexpr int kQkSteps = kHeadDim / 16;
     static constexpr int kPvSteps = kBlockN / 16;
     // As in the portable kernel: large accumulators keep the compact K/V load form.
@@ -90,13 +97,13 @@ struct Traits {
     using LayoutO = WgmmaLayout<kBlockM, kHeadDimV>;  // O is staged where Q was (stage 1)
     // Per warpgroup: kQBuffers slots for its 64 rows of Q, which also stage its O unless O
     // has slots beside them (kSeparateO).
-    static constexpr int kSmemQSlot = 64 * (kSeparateO || kHeadDim > kHeadDimV ? kHeadDim : kHeadDimV);
-    static constexpr int kSmemOSlot = 64 * kHeadDimV;
+    static constexpr int kSmemQSlot = 64 * (kSeparateO || kHeadDimPad > kHeadDimVPad ? kHeadDimPad : kHeadDimVPad);
+    static constexpr int kSmemOSlot = 64 * kHeadDimVPad;
     static constexpr int kSmemQRegion = kWarpgroups * kQBuffers * kSmemQSlot;
     static constexpr int kSmemORegion = kOSlots * kSmemOSlot;
     static constexpr int kSmemQO = kSmemQRegion;  // stage 1: the block's Q, then its O
-    static constexpr int kSmemK = kBlockN * kHeadDim;  // one stage
-    static constexpr int kSmemV = kBlockN * kHeadDimV;
+    static constexpr int kSmemK = kBlockN * kHeadDimPad;  // one stage
+    static constexpr int kSmemV = kBlockN * kHeadDimVPad;
     static constexpr int kSmemTilesBytes = (kSmemQRegion + kSmemORegion + kStages * (kSmemK + kSmemV)) * 2;
     // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
     // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
@@ -107,7 +114,8 @@ struct Traits {
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
     static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "wgmma's N: a multiple of 16, at most 256");
-    static_assert(kHeadDimV <= 256, "wgmma's N: at most 256");
+    static_assert(kHeadDimVPad <= 256, "wgmma's N: at most 256");
+    static_assert(kHeadDim % 16 == 0 && kHeadDimV % 16 == 0, "head dims of whole 16-column k-steps");
     static_assert(kStages >= 1 && kStages <= (kWarpSpecialized ? 3 : 2), "1 or 2 K/V stages (3 in the producer's ring)");
     static_assert(!kPingpong || (kWarpSpecialized && kWarpgroups >= 2), "pingpong takes two or more consumers");
     static_assert(!kTma || (kWarpSpecialized && !kPaged), "TMA loads are the producer's, of strided K/V");

@@ -26,7 +26,9 @@ struct WgmmaLayout {
     static constexpr int kCols = kCols_;
     static constexpr int kPitch = kCols;  // TileCopy's interface; rows are not kPitch apart here
     static constexpr int kBlockBytes = kRows * 128;  // one 64-column block
-    static_assert(kCols % 64 == 0, "wgmma tiles are whole 64-column (128-byte) blocks");
+    // kCols are the columns copied in and out; the tile spans whole 64-column blocks
+    // (its last one padded where kCols is not a multiple of 64, traits.cuh).
+    static_assert(kCols % 16 == 0, "whole 16-column k-steps");
     static_assert(kRows % 8 == 0, "swizzle atoms are 8 rows");
 
     // Element offset of (row, col); col is a multiple of 8 or lies within one chunk.
