@@ -35,34 +35,14 @@ prepare() {
 }
 
 run() {
-    # globals: the EXIT trap runs after this function has returned
-    R=$OUT/r B=$PWD/.device/fa4-gen LIMIT=${LIMIT:-570}
-    START=$(date +%s)
-    mkdir -p "$R"
-    left() { echo $((LIMIT - ($(date +%s) - START))); }
-    # step NAME SECONDS_NEEDED CMD...: runs CMD (log in $R/NAME.log) if that much time is left
-    step() {
-        local name=$1 need=$2 t0 rc=0
-        shift 2
-        if [ "$(left)" -lt "$need" ]; then
-            echo "SKIP $name (left $(left)s)" | tee -a "$R/steps.txt"
-            return
-        fi
-        t0=$(date +%s)
-        timeout $(($(left) - 15)) "$@" > "$R/$name.log" 2>&1 || rc=$?
-        echo "$name rc=$rc $(($(date +%s) - t0))s" | tee -a "$R/steps.txt"
-    }
-    finish() {
-        "$B" db export --db /tmp/db.sled --out "$R/sm90-new.json" > "$R/export.log" 2>&1 || true
-        xz -T0 "$R/sm90-new.json" 2> /dev/null || true
-        tar czf "$OUT/r.tgz" -C "$OUT" r
-    }
-    trap finish EXIT
+    B=$PWD/.device/fa4-gen
+    source bench/device_steps.sh
+    steps_begin
+    trap 'steps_end /tmp/db.sled' EXIT
     xz -dc .device/fa4-gen.xz > "$B"
     chmod +x "$B"
     xz -dc .device/sm90.json.xz > /tmp/sm90.json
     tar xJf .device/softcap-build.tar.xz -C /tmp
-    { nvidia-smi -q | grep -iE "serial" | head -1; } > "$R/gpu.txt" || true
     "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
     step tune 120 "$B" tune "${SPECS[@]}" --db /tmp/db.sled --build-dir /tmp/build --json --budget $(($(left) - 90))s
     step bench 45 "$B" bench --db /tmp/db.sled --template hopper --head-dim 64,128,256 --mask none \
