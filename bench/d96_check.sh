@@ -26,26 +26,16 @@ prepare() {
     "$B" compile "${D96[@]}" --default-only --mask none,causal,local \
         --features none,sinks,softcap,sinks+softcap,paged --out "$W/build" -q
     "$B" tune "${TUNED[@]}" --compile-only --build-dir "$W/build" --db "$W/db.sled" -q
-    rm -rf "$W/build/src"
-    tar cf - -C "$W" build | xz -T0 -6 > .device/d96-build.tar.xz
-    xz -T0 -6 -c tuning-db/sm90.json > .device/sm90.json.xz
-    xz -T0 -6 -c "$B" > .device/fa4-gen.xz
+    source bench/device_steps.sh
+    pack_kit d96 "$W/build"
     cp ../shared/bench/peers.py ../shared/bench/compare.py .device/
     rm -rf "$W"
-    du -ch .device/d96-build.tar.xz .device/sm90.json.xz .device/fa4-gen.xz | tail -1
     echo "carry .device and run: bash bench/d96_check.sh run"
 }
 
 run() {
-    B=$PWD/.device/fa4-gen
     source bench/device_steps.sh
-    steps_begin
-    trap 'steps_end /tmp/db.sled' EXIT
-    xz -dc .device/fa4-gen.xz > "$B"
-    chmod +x "$B"
-    xz -dc .device/sm90.json.xz > /tmp/sm90.json
-    tar xJf .device/d96-build.tar.xz -C /tmp
-    "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
+    unpack_kit d96
     local V=("$B" verify "${D96[@]}" --build-dir /tmp/build -q)
     step verify-defaults 60 "${V[@]}" --mask none,causal,local \
         --features none,sinks,softcap,sinks+softcap,paged --json "$R/verify-defaults.json"

@@ -1,10 +1,37 @@
-# Sourced by the device-call scripts (bench/softcap_tune.sh, bench/d96_check.sh): a call's
-# steps under one time limit, each step's log and exit status under $OUT/r, and what the
-# call leaves for the trip back ($OUT/r.tgz, the tuning database's export when there is one).
+# Sourced by the device-call scripts (bench/softcap_tune.sh, bench/d96_check.sh). Here,
+# the kit a call carries; there, a call's steps under one time limit, each step's log and
+# exit status under $OUT/r, and what the call leaves for the trip back ($OUT/r.tgz, the
+# tuning database's export).
 #
-#   steps_begin              # R=$OUT/r, the clock starts; LIMIT (seconds) from the caller's env
+#   pack_kit NAME BUILD      # here: BUILD (cubins and report), the committed export and the
+#                            # binary into .device (NAME-build.tar.xz, sm90.json.xz, fa4-gen.xz)
+#   unpack_kit NAME          # there: the binary as $B, the export in /tmp/db.sled, the build
+#                            # in /tmp/build; then steps_begin, with steps_end as the EXIT trap
 #   step NAME NEED CMD...    # CMD with its log in $R/NAME.log, if NEED seconds are left
-#   steps_end [DB]           # the EXIT trap: DB exported to $R/sm90-new.json.xz, $R packed
+
+pack_kit() {
+    local name=$1 build=$2
+    rm -rf "$build/src"
+    tar cf - -C "$(dirname "$build")" "$(basename "$build")" | xz -T0 -6 > ".device/$name-build.tar.xz"
+    xz -T0 -6 -c tuning-db/sm90.json > .device/sm90.json.xz
+    xz -T0 -6 -c target/release/fa4-gen > .device/fa4-gen.xz
+    du -ch ".device/$name-build.tar.xz" .device/sm90.json.xz .device/fa4-gen.xz | tail -1
+}
+
+unpack_kit() {
+    # globals: the EXIT trap runs after the caller's function has returned
+    B=$PWD/.device/fa4-gen
+    steps_begin
+    trap 'steps_end /tmp/db.sled' EXIT
+    xz -dc .device/fa4-gen.xz > "$B"
+    chmod +x "$B"
+    xz -dc .device/sm90.json.xz > /tmp/sm90.json
+    mkdir -p /tmp/kit
+    tar xJf ".device/$1-build.tar.xz" -C /tmp/kit
+    rm -rf /tmp/build
+    mv /tmp/kit/* /tmp/build
+    "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
+}
 
 steps_begin() {
     # globals: the EXIT trap runs after the caller's function has returned

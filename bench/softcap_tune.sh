@@ -21,29 +21,19 @@ cd "$(dirname "$0")/.."
 SPECS=(--arch sm90 --template hopper --dtype bf16,fp16 --head-dim 64,128,192,256 --mask none --features softcap)
 
 prepare() {
-    local B=target/release/fa4-gen W
+    local W
     W=$(mktemp -d)
     cargo build --release --quiet
-    "$B" tune "${SPECS[@]}" --compile-only --build-dir "$W/build" --db "$W/db.sled" -q
-    rm -rf "$W/build/src"
-    tar cf - -C "$W" build | xz -T0 -6 > .device/softcap-build.tar.xz
-    xz -T0 -6 -c tuning-db/sm90.json > .device/sm90.json.xz
-    xz -T0 -6 -c "$B" > .device/fa4-gen.xz
+    target/release/fa4-gen tune "${SPECS[@]}" --compile-only --build-dir "$W/build" --db "$W/db.sled" -q
+    source bench/device_steps.sh
+    pack_kit softcap "$W/build"
     rm -rf "$W"
-    du -ch .device/softcap-build.tar.xz .device/sm90.json.xz .device/fa4-gen.xz | tail -1
     echo "carry .device and run: bash bench/softcap_tune.sh run"
 }
 
 run() {
-    B=$PWD/.device/fa4-gen
     source bench/device_steps.sh
-    steps_begin
-    trap 'steps_end /tmp/db.sled' EXIT
-    xz -dc .device/fa4-gen.xz > "$B"
-    chmod +x "$B"
-    xz -dc .device/sm90.json.xz > /tmp/sm90.json
-    tar xJf .device/softcap-build.tar.xz -C /tmp
-    "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
+    unpack_kit softcap
     step tune 120 "$B" tune "${SPECS[@]}" --db /tmp/db.sled --build-dir /tmp/build --json --budget $(($(left) - 90))s
     step bench 45 "$B" bench --db /tmp/db.sled --template hopper --head-dim 64,128,256 --mask none \
         --features none,softcap --seqlen 1024,4096,16384 --budget-ms 100 --build-dir /tmp/build \
