@@ -429,14 +429,6 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             "capoffset: a warp-specialised tile of a bf16 soft-capped spec".into(),
         );
     }
-    // At d96 (d128's tiles, six QK k-steps) ptxas serialises the wgmmas of every
-    // fixed-offset tile for want of registers (C7511), the 64-row single consumer's too.
-    if c.switch(CAP_OFFSET, 0) == 1 && padded(spec.head_dim) != spec.head_dim {
-        return reject(
-            RejectKind::Shape,
-            "capoffset: not at a padded head dim (ptxas serialises its wgmmas)".into(),
-        );
-    }
     let producer_warps = if ws { 4 } else { 0 };
     let compute_warps = c.warps.saturating_sub(producer_warps);
     if c.warps % 4 != 0
@@ -1323,7 +1315,6 @@ mod tests {
                     );
                     both += 1;
                 }
-                (Err(_), Ok(_)) => assert_eq!(c.switch(CAP_OFFSET, 0), 1, "{c:?}"),
                 (a, b) => assert_eq!(a.is_ok(), b.is_ok(), "{c:?}"),
             }
         }
@@ -1351,15 +1342,12 @@ mod tests {
             values.iter().find(|(k, _)| *k == "head_dim").unwrap().1,
             json!(96)
         );
-        // The fixed-offset twin is not offered there (ptxas serialises its wgmmas).
+        // Soft-capped bf16 specs take the fixed-offset tile as d128's do.
         let capped = KernelSpec {
             features: "softcap".parse().unwrap(),
             ..d96
         };
-        let mut fixed = ws_config(2, 128, 1, 1, 0);
-        fixed.switches.insert(CAP_OFFSET.to_string(), 1);
-        assert_eq!(check(&capped, &fixed).unwrap_err().kind, RejectKind::Shape);
-        assert_eq!(default_config(&capped).switch(CAP_OFFSET, 0), 0);
+        assert_eq!(default_config(&capped).switch(CAP_OFFSET, 0), 1);
         // Head dims that are not whole k-steps are refused.
         let d72 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 72, MaskKind::None);
         assert_eq!(check(&d72, &c).unwrap_err().kind, RejectKind::Shape);

@@ -325,12 +325,11 @@ __device__ __forceinline__ void sink_logits(const FwdParams& params, int head, c
 }
 
 // O / rowsum into the staging tile (16-bit, `Layout`); `stage_row` is the warp's first
-// row within it. Only O's real columns: a padded tile's last ones are never stored.
+// row within it.
 template <bool kBf16, class Layout, int kAccs>
 __device__ __forceinline__ void stage_o(u16* stage, const float (&o_acc)[kAccs], const float (&o_norm)[2],
                                         int stage_row, const FragmentRows& at) {
-    constexpr int kOTiles = Layout::kCols / 8;
-    static_assert(kOTiles <= kAccs / 4, "the layout's columns are O's");
+    constexpr int kOTiles = kAccs / 4;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = stage_row + h * 8 + at.quad_row;
