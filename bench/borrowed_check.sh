@@ -13,7 +13,8 @@
 # cut-down caches (bench/cache_subset.py), the committed manifest's and the borrowing
 # one's, for the specs bench/served_ab.py times.
 # run: `fa4-gen verify` of each group (every verify case), then bench/served_ab.py: the
-# kernels both caches serve, side by side through the Python binding.
+# kernels both caches serve, side by side through the Python binding (steps, logs and the
+# archive by bench/device_steps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIMED=sm90_bf16_d128_causal_sinks,sm90_bf16_d128_none_sinks,sm90_bf16_d192_causal_sinks,sm90_bf16_d256_causal_sinks,sm90_bf16_d256_none_sinks,sm90_bf16_d128_local_sinks
@@ -59,25 +60,23 @@ EOF
 }
 
 run() {
-    local R=$OUT/r B=$PWD/.device/fa4-gen
-    mkdir -p "$R" /tmp/x
-    trap 'tar czf $OUT/r.tgz -C $OUT r' EXIT
-    nvidia-smi -q | grep -iE "serial" | head -1 > "$R/gpu.txt"
+    B=$PWD/.device/fa4-gen
+    source bench/device_steps.sh
+    steps_begin
+    trap steps_end EXIT
+    mkdir -p /tmp/x
     xz -dc .device/fa4-gen.xz > "$B"; chmod +x "$B"
     xz -dc .device/libfa4_gen.so.xz > python/fa4gen/libfa4_gen.so
     tar xJf .device/borrow.tar.xz -C /tmp/x
-    local n=0 failed=0
+    local n=0
     while read -r t dt hd m f tag; do
         n=$((n + 1))
-        "$B" verify --arch sm90 --template "$t" --dtype "$dt" --head-dim "$hd" --mask "$m" \
-            --features "$f" --config-filter "$tag" --build-dir /tmp/x/vb -q \
-            --json "$R/verify-$n.json" > "$R/verify-$n.log" 2>&1 || failed=$((failed + 1))
+        step "verify-$n" 20 "$B" verify --arch sm90 --template "$t" --dtype "$dt" --head-dim "$hd" \
+            --mask "$m" --features "$f" --config-filter "$tag" --build-dir /tmp/x/vb -q \
+            --json "$R/verify-$n.json"
     done < .device/borrow-groups.txt
-    echo "verify: $n groups, $failed failed" | tee "$R/steps.txt"
-    local rc=0
-    PYTHONPATH=$PWD/python timeout 400 python3 bench/served_ab.py /tmp/x/old /tmp/x/new \
-        --json "$R/ab.json" > "$R/ab.log" 2>&1 || rc=$?
-    echo "served_ab rc=$rc" | tee -a "$R/steps.txt"
+    echo "verify: $n groups, $(grep -c '^verify-.* rc=[^0]' "$R/steps.txt") failed" | tee -a "$R/steps.txt"
+    PYTHONPATH=$PWD/python step ab 60 python3 bench/served_ab.py /tmp/x/old /tmp/x/new --json "$R/ab.json"
 }
 
 "${1:?usage: bench/borrowed_check.sh prepare|run}"
