@@ -9,3 +9,4 @@ mod cli;
 mod common;
 mod compile;
 mod gpu;
+mod python;

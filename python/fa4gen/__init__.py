@@ -10,6 +10,9 @@ the repository's ``target/release`` and ``target/debug``; the kernel cache throu
     out = fa4gen.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                         max_seqlen_q, max_seqlen_k, causal=True)
     out, lse = fa4gen.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    out = fa4gen.flash_attn_with_kvcache(q, k_cache, v_cache, page_table=page_table,
+                                         cache_seqlens=cache_seqlens, cu_seqlens_q=cu_seqlens_q,
+                                         max_seqlen_q=max_seqlen_q, causal=True)
 
     fa4gen.KernelCache().select(head_dim=128, max_seqlen_q=4096, causal=True)
     # {'kernel': 'portable_sm90_bf16_d128_causal_...', 'reason': 'tuned', ...}
@@ -27,7 +30,7 @@ import struct
 import threading
 from pathlib import Path
 
-__all__ = ["flash_attn_varlen_func", "flash_attn_func", "KernelCache", "Fa4genError", "version"]
+__all__ = ["flash_attn_varlen_func", "flash_attn_func", "flash_attn_with_kvcache", "KernelCache", "Fa4genError", "version"]
 
 OK, ERR_INVALID_ARGUMENT, ERR_CACHE, ERR_UNSUPPORTED, ERR_INTERNAL, ERR_CUDA = range(6)
 _REASONS = {0: "tuned", 1: "nearest tuned bucket", 2: "default", 3: "borrowed"}
@@ -312,6 +315,111 @@ def _launch(torch, device, cache, fields, split=False):
     run()
 
 
+def _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_k,
+            causal, window_size, softcap, sinks, softmax_scale, out, cache, names=("block_table", "seqused_k")):
+    """One launch, every layout checked on the host first. q is dense [batch, seqlen_q,
+    heads_q, d] or, with ``cu_seqlens_q``, packed [total_q, heads_q, d]. k and v are dense
+    [batch, seqlen_k, heads_kv, d(_v)], packed [total_k, heads_kv, d(_v)] with
+    ``cu_seqlens_k``, or with ``page_table`` pages [num_pages, page_size, heads_kv, d(_v)]
+    (whose lengths come from ``seqused_k``, from ``cu_seqlens_k``, or are ``max_seqlen_k``);
+    ``seqused_k`` caps each sequence's keys. Returns out (q's shape, d_v last) and the f32
+    LSE: [batch, heads_q, seqlen_q] dense, [heads_q, total_q] packed. ``names``: what the
+    caller calls the page table and seqused_k, for the errors."""
+    table_name, used_name = names
+    dtype = _dtype_code(torch, q, k, v)
+    device = q.device
+    if not q.is_cuda:
+        raise ValueError("q is on %s: fa4-gen launches on CUDA devices" % device)
+    for name, t in (("k", k), ("v", v)):
+        _on_device(t, name, device)
+    packed_q, paged = cu_seqlens_q is not None, page_table is not None
+    if packed_q and q.dim() != 3:
+        raise ValueError("q has shape %s: [total_q, heads_q, head_dim] expected" % (tuple(q.shape),))
+    if not packed_q and q.dim() != 4:
+        raise ValueError("q has shape %s: [batch, seqlen_q, heads_q, head_dim] expected" % (tuple(q.shape),))
+    if paged and (k.dim() != 4 or v.dim() != 4):
+        raise ValueError("with a page table, k and v are paged caches [num_pages, page_size, heads_kv, d]; "
+                         "got k %s, v %s" % (tuple(k.shape), tuple(v.shape)))
+    packed_k = not paged and cu_seqlens_k is not None
+    if packed_k and (k.dim() != 3 or v.dim() != 3):
+        raise ValueError("k and v are [total_k, heads_kv, d] (or pass block_table for paged caches); "
+                         "got k %s, v %s" % (tuple(k.shape), tuple(v.shape)))
+    if not paged and not packed_k and (k.dim() != 4 or v.dim() != 4):
+        raise ValueError("k and v are [batch, seqlen_k, heads_kv, d]; got k %s, v %s"
+                         % (tuple(k.shape), tuple(v.shape)))
+    heads_q, head_dim = q.shape[-2], q.shape[-1]
+    heads_kv, head_dim_v = k.shape[-2], v.shape[-1]
+    if k.shape[-1] != head_dim:
+        raise ValueError("q's head dim is %d and k's %d: they must match" % (head_dim, k.shape[-1]))
+    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
+        raise ValueError("v has shape %s and k %s: they differ only in the last dim"
+                         % (tuple(v.shape), tuple(k.shape)))
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _last_dim_contiguous(t, name)
+
+    if packed_q:
+        batch = cu_seqlens_q.numel() - 1
+        if batch < 0:
+            raise ValueError("cu_seqlens_q is empty: [batch + 1] prefix sums expected")
+        cu_q = _index_tensor(torch, cu_seqlens_q, "cu_seqlens_q", device)
+        seqlen_q, rows = int(max_seqlen_q), q.shape[0]
+        q_strides = (0, q.stride(0), q.stride(1))
+        out_shape, lse_shape = (rows, heads_q, head_dim_v), (heads_q, rows)
+    else:
+        batch, seqlen_q = q.shape[0], q.shape[1]
+        cu_q, rows = 0, 0
+        q_strides = (q.stride(0), q.stride(1), q.stride(2))
+        out_shape, lse_shape = (batch, seqlen_q, heads_q, head_dim_v), (batch, heads_q, seqlen_q)
+
+    cu_k, table, table_stride, page_size = 0, 0, 0, 0
+    if paged:
+        _on_device(page_table, table_name, device)
+        if page_table.dtype != torch.int32 or page_table.dim() != 2 or page_table.shape[0] != batch \
+                or (page_table.shape[1] > 1 and page_table.stride(1) != 1):
+            raise ValueError("%s must be int32 [batch=%d, max_pages] with contiguous rows (got %s, shape %s)"
+                             % (table_name, batch, page_table.dtype, tuple(page_table.shape)))
+        if seqused_k is None and cu_seqlens_k is not None:
+            _index_tensor(torch, cu_seqlens_k, "cu_seqlens_k", device, batch + 1)
+            seqused_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+        table, table_stride, page_size = page_table.data_ptr(), page_table.stride(0), k.shape[1]
+        seqlen_k = int(max_seqlen_k)
+        k_strides, v_strides = (k.stride(0), k.stride(1), k.stride(2)), (v.stride(0), v.stride(1), v.stride(2))
+    elif packed_k:
+        cu_k = _index_tensor(torch, cu_seqlens_k, "cu_seqlens_k", device, batch + 1)
+        seqlen_k = int(max_seqlen_k)
+        k_strides, v_strides = (0, k.stride(0), k.stride(1)), (0, v.stride(0), v.stride(1))
+    else:
+        if k.shape[0] < batch:
+            raise ValueError("k and v hold %d sequences and the batch has %d" % (k.shape[0], batch))
+        seqlen_k = k.shape[1] if max_seqlen_k is None else int(max_seqlen_k)
+        k_strides, v_strides = (k.stride(0), k.stride(1), k.stride(2)), (v.stride(0), v.stride(1), v.stride(2))
+    used_k = _index_tensor(torch, seqused_k, used_name, device, batch)
+
+    if out is None:
+        out = torch.empty(out_shape, dtype=q.dtype, device=device)
+    elif tuple(out.shape) != out_shape or out.dtype != q.dtype:
+        raise ValueError("out is %s %s: %s %s expected" % (out.dtype, tuple(out.shape), q.dtype, out_shape))
+    else:
+        _on_device(out, "out", device)
+        _last_dim_contiguous(out, "out")
+    out_strides = (0, out.stride(0), out.stride(1)) if packed_q else (out.stride(0), out.stride(1), out.stride(2))
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=device)
+    lse_strides = (0, rows) if packed_q else (lse.stride(0), lse.stride(1))
+    scale, left, right, cap, sinks, sinks_ptr = _scores(torch, sinks, heads_q, device, softmax_scale,
+                                                        head_dim, window_size, softcap)
+    # Only a dense batch over all its keys may split its last round by keys (fa4gen.h).
+    dense = not (packed_q or paged or cu_k or used_k)
+    _launch(torch, device, cache, (
+        dtype, head_dim, head_dim_v, 1 if causal else 0,
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+        *q_strides, *k_strides, *v_strides, *out_strides,
+        batch, seqlen_q, seqlen_k, heads_q, heads_kv,
+        scale, 0.0, left, right, cap, sinks_ptr,
+        cu_q, cu_k, used_k, table,
+        *lse_strides, table_stride, page_size), split=dense and not causal)
+    return out, lse
+
+
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
@@ -332,81 +440,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     import torch
 
     _unsupported(dropout_p, alibi_slopes, return_attn_probs)
-    dtype = _dtype_code(torch, q, k, v)
-    device = q.device
-    if not q.is_cuda:
-        raise ValueError("q is on %s: fa4-gen launches on CUDA devices" % device)
-    for name, t in (("k", k), ("v", v)):
-        _on_device(t, name, device)
-    if q.dim() != 3:
-        raise ValueError("q has shape %s: [total_q, heads_q, head_dim] expected" % (tuple(q.shape),))
-    total_q, heads_q, head_dim = q.shape
-    paged = block_table is not None
-    if paged:
-        if k.dim() != 4 or v.dim() != 4:
-            raise ValueError("with block_table, k and v are paged caches [num_pages, page_size, heads_kv, d]; "
-                             "got k %s, v %s" % (tuple(k.shape), tuple(v.shape)))
-        page_size = k.shape[1]
-    elif k.dim() != 3 or v.dim() != 3:
-        raise ValueError("k and v are [total_k, heads_kv, d] (or pass block_table for paged caches); "
-                         "got k %s, v %s" % (tuple(k.shape), tuple(v.shape)))
-    heads_kv, head_dim_v = k.shape[-2], v.shape[-1]
-    if k.shape[-1] != head_dim:
-        raise ValueError("q's head dim is %d and k's %d: they must match" % (head_dim, k.shape[-1]))
-    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
-        raise ValueError("v has shape %s and k %s: they differ only in the last dim"
-                         % (tuple(v.shape), tuple(k.shape)))
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _last_dim_contiguous(t, name)
-    batch = cu_seqlens_q.numel() - 1
-    if batch < 0:
-        raise ValueError("cu_seqlens_q is empty: [batch + 1] prefix sums expected")
-    cu_q = _index_tensor(torch, cu_seqlens_q, "cu_seqlens_q", device)
-    if paged:
-        _on_device(block_table, "block_table", device)
-        if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != batch \
-                or (block_table.shape[1] > 1 and block_table.stride(1) != 1):
-            raise ValueError("block_table must be int32 [batch=%d, max_pages] with contiguous rows (got %s, shape %s)"
-                             % (batch, block_table.dtype, tuple(block_table.shape)))
-        if seqused_k is None:
-            if cu_seqlens_k is None:
-                raise ValueError("a paged call needs the key lengths: seqused_k or cu_seqlens_k")
-            _index_tensor(torch, cu_seqlens_k, "cu_seqlens_k", device, batch + 1)
-            seqused_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
-        cu_k = 0
-        k_batch, v_batch = k.stride(0), v.stride(0)
-        (k_row, k_head), (v_row, v_head) = (k.stride(1), k.stride(2)), (v.stride(1), v.stride(2))
-        table, table_stride = block_table.data_ptr(), block_table.stride(0)
-    else:
-        if cu_seqlens_k is None:
-            raise ValueError("cu_seqlens_k is None: pass it, or block_table for paged caches")
-        cu_k = _index_tensor(torch, cu_seqlens_k, "cu_seqlens_k", device, batch + 1)
-        k_batch = v_batch = 0
-        (k_row, k_head), (v_row, v_head) = (k.stride(0), k.stride(1)), (v.stride(0), v.stride(1))
-        table, table_stride, page_size = 0, 0, 0
-    used_k = _index_tensor(torch, seqused_k, "seqused_k", device, batch)
-    if out is None:
-        out = torch.empty((total_q, heads_q, head_dim_v), dtype=q.dtype, device=device)
-    elif tuple(out.shape) != (total_q, heads_q, head_dim_v) or out.dtype != q.dtype:
-        raise ValueError("out is %s %s: %s %s expected" % (out.dtype, tuple(out.shape), q.dtype,
-                                                         (total_q, heads_q, head_dim_v)))
-    else:
-        _on_device(out, "out", device)
-        _last_dim_contiguous(out, "out")
-    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=device)
-    scale, left, right, cap, sinks, sinks_ptr = _scores(torch, sinks, heads_q, device, softmax_scale,
-                                                        head_dim, window_size, softcap)
-    _launch(torch, device, cache, (
-        dtype, head_dim, head_dim_v, 1 if causal else 0,
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        0, q.stride(0), q.stride(1),
-        k_batch, k_row, k_head,
-        v_batch, v_row, v_head,
-        0, out.stride(0), out.stride(1),
-        batch, int(max_seqlen_q), int(max_seqlen_k), heads_q, heads_kv,
-        scale, 0.0, left, right, cap, sinks_ptr,
-        cu_q, cu_k, used_k, table,
-        0, total_q, table_stride, page_size))
+    if block_table is not None and seqused_k is None and cu_seqlens_k is None:
+        raise ValueError("a paged call needs the key lengths: seqused_k or cu_seqlens_k")
+    if block_table is None and cu_seqlens_k is None:
+        raise ValueError("cu_seqlens_k is None: pass it, or block_table for paged caches")
+    out, lse = _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, block_table,
+                       max_seqlen_k, causal, window_size, softcap, sinks, softmax_scale, out, cache)
     return (out, lse) if return_lse else out
 
 
@@ -420,46 +459,107 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     import torch
 
     _unsupported(dropout_p, alibi_slopes, return_attn_probs)
-    dtype = _dtype_code(torch, q, k, v)
-    device = q.device
-    if not q.is_cuda:
-        raise ValueError("q is on %s: fa4-gen launches on CUDA devices" % device)
-    for name, t in (("k", k), ("v", v)):
-        _on_device(t, name, device)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v are [batch, seqlen, heads, head_dim]; got q %s, k %s, v %s"
                          % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    _, seqlen_k, heads_kv, head_dim_v = v.shape
-    if k.shape[0] != batch or v.shape[0] != batch:
-        raise ValueError("q has batch %d, k %d, v %d: they must match" % (batch, k.shape[0], v.shape[0]))
-    if k.shape[-1] != head_dim:
-        raise ValueError("q's head dim is %d and k's %d: they must match" % (head_dim, k.shape[-1]))
-    if tuple(v.shape[:-1]) != tuple(k.shape[:-1]):
-        raise ValueError("v has shape %s and k %s: they differ only in the last dim"
-                         % (tuple(v.shape), tuple(k.shape)))
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _last_dim_contiguous(t, name)
-    if out is None:
-        out = torch.empty((batch, seqlen_q, heads_q, head_dim_v), dtype=q.dtype, device=device)
-    elif tuple(out.shape) != (batch, seqlen_q, heads_q, head_dim_v) or out.dtype != q.dtype:
-        raise ValueError("out is %s %s: %s %s expected" % (out.dtype, tuple(out.shape), q.dtype,
-                                                         (batch, seqlen_q, heads_q, head_dim_v)))
-    else:
-        _on_device(out, "out", device)
-        _last_dim_contiguous(out, "out")
-    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=device)
-    scale, left, right, cap, sinks, sinks_ptr = _scores(torch, sinks, heads_q, device, softmax_scale,
-                                                        head_dim, window_size, softcap)
-    _launch(torch, device, cache, (
-        dtype, head_dim, head_dim_v, 1 if causal else 0,
-        q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        out.stride(0), out.stride(1), out.stride(2),
-        batch, seqlen_q, seqlen_k, heads_q, heads_kv,
-        scale, 0.0, left, right, cap, sinks_ptr,
-        0, 0, 0, 0,
-        lse.stride(0), lse.stride(1), 0, 0), split=not causal)
+    if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
+        raise ValueError("q has batch %d, k %d, v %d: they must match" % (q.shape[0], k.shape[0], v.shape[0]))
+    out, lse = _attend(torch, q, k, v, None, None, None, None, None, None,
+                       causal, window_size, softcap, sinks, softmax_scale, out, cache)
     return (out, lse) if return_lse else out
+
+
+# flash_attn_with_kvcache's arguments that change what is computed and that no fa4-gen
+# kernel computes: each is refused by name rather than ignored.
+_KVCACHE_REFUSED = (
+    ("k", "fa4-gen does not append keys to the cache: write them into k_cache first (as SGLang does "
+          "before attention) and count them in cache_seqlens"),
+    ("v", "fa4-gen does not append values to the cache: write them into v_cache first and count them "
+          "in cache_seqlens"),
+    ("qv", "fa4-gen's kernels have no second query operand (qv)"),
+    ("rotary_cos", "fa4-gen's kernels do not apply rotary embeddings: rotate q and k before the call"),
+    ("rotary_sin", "fa4-gen's kernels do not apply rotary embeddings: rotate q and k before the call"),
+    ("rotary_seqlens", "fa4-gen's kernels do not apply rotary embeddings"),
+    ("cache_leftpad", "fa4-gen's kernels read each sequence's keys from its first row: no left padding"),
+    ("q_descale", "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones"),
+    ("k_descale", "fa4-gen's kernels take bf16 or fp16 caches, not FP8 ones"),
+    ("v_descale", "fa4-gen's kernels take bf16 or fp16 caches, not FP8 ones"),
+)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, page_table=None,
+                            cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
+                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
+                            window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
+                            scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
+                            return_softmax_lse=False, sinks=None, ver=3, *, block_table=None, out=None,
+                            cache=None):
+    """FlashAttention-3's ``flash_attn_with_kvcache`` (as sgl_kernel exports it, the call
+    SGLang's FA3 backend makes for extend) on fa4-gen's kernels, for prefill over a cache
+    that already holds the new tokens' keys.
+
+    q: [batch, seqlen_q, heads_q, d], or [total_q, heads_q, d] with ``cu_seqlens_q`` and
+    ``max_seqlen_q``. k_cache, v_cache: [batch_cache, seqlen_cache, heads_kv, d(_v)] (rows
+    picked by ``cache_batch_idx``, else the first ``batch``), or with ``page_table``
+    ([batch, max_pages] int32; ``block_table`` is FlashAttention-2's name for it) pages
+    [num_pages, page_size, heads_kv, d(_v)]. ``cache_seqlens`` (an int or [batch] int32)
+    is each sequence's keys, new tokens included; without it every sequence has all the
+    keys its cache row or page-table row holds. The queries are each sequence's last
+    tokens: causal and windows are aligned bottom-right. ``sinks``, ``softcap`` and
+    ``window_size`` as in ``flash_attn_varlen_func``. Returns out (q's shape, d_v last) and
+    with ``return_softmax_lse`` also the f32 LSE ([batch, heads_q, seqlen_q], or
+    [heads_q, total_q] packed).
+
+    ``cu_seqlens_k_new`` only describes ``k``/``v``, which are refused, so it is ignored;
+    ``num_splits``, ``pack_gqa``, ``scheduler_metadata``, ``rotary_interleaved`` and
+    ``ver`` are scheduling or version hints: the tuned kernel decides. Arguments whose
+    work fa4-gen does not do (appending k/v, rotary, left padding, FP8 descales, attention
+    chunks, an SM margin) raise NotImplementedError naming them.
+    """
+    import torch
+
+    given = locals()
+    for name, why in _KVCACHE_REFUSED:
+        if given[name] is not None:
+            raise NotImplementedError("%s: %s" % (name, why))
+    if attention_chunk:
+        raise NotImplementedError("attention_chunk=%s: fa4-gen's masks are causal and sliding windows, not "
+                                  "chunked attention" % attention_chunk)
+    if sm_margin:
+        raise NotImplementedError("sm_margin=%s: fa4-gen's persistent kernels size their grid to every SM"
+                                  % sm_margin)
+    if block_table is not None:
+        if page_table is not None:
+            raise ValueError("page_table and block_table name the same table: pass one of them")
+        page_table = block_table
+    if cu_seqlens_q is not None:
+        if max_seqlen_q is None:
+            raise ValueError("cu_seqlens_q needs max_seqlen_q, the most queries of one sequence")
+        batch = cu_seqlens_q.numel() - 1
+    elif q.dim() == 4:
+        batch = q.shape[0]
+    else:
+        raise ValueError("q has shape %s: [batch, seqlen_q, heads_q, head_dim], or [total_q, heads_q, head_dim] "
+                         "with cu_seqlens_q" % (tuple(q.shape),))
+    if k_cache.dim() != 4 or v_cache.dim() != 4:
+        raise ValueError("k_cache and v_cache are [batch_cache, seqlen_cache, heads_kv, d] or, with page_table, "
+                         "[num_pages, page_size, heads_kv, d]; got %s and %s"
+                         % (tuple(k_cache.shape), tuple(v_cache.shape)))
+    if cache_batch_idx is not None:
+        if page_table is not None:
+            raise ValueError("cache_batch_idx picks rows of a dense cache; with page_table the table picks them: "
+                             "pass one of them")
+        _index_tensor(torch, cache_batch_idx, "cache_batch_idx", q.device, batch)
+        # A dense cache read through cache_batch_idx is a paged one whose pages are whole
+        # rows: the table has one page per sequence, the row cache_batch_idx[b].
+        page_table = cache_batch_idx.view(batch, 1)
+    keys = (page_table.shape[1] if page_table is not None and page_table.dim() == 2 else 1) * k_cache.shape[1]
+    if isinstance(cache_seqlens, int):
+        if cache_seqlens < 0:
+            raise ValueError("cache_seqlens=%d: a number of keys is at least 0" % cache_seqlens)
+        keys, cache_seqlens = min(keys, cache_seqlens), None  # every sequence the same: no tensor needed
+    out, lse = _attend(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, None, cache_seqlens, page_table,
+                       keys, causal, window_size, softcap, sinks, softmax_scale, out, cache,
+                       names=("page_table" if cache_batch_idx is None else "cache_batch_idx", "cache_seqlens"))
+    return (out, lse) if return_softmax_lse else out

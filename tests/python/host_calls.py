@@ -1,0 +1,280 @@
+"""fa4gen's Python calls on the host, without torch or a GPU: the arguments each call
+packs for the C ABI, and the errors it raises before any launch.
+
+    python3 tests/python/host_calls.py        (from the repository root; `cargo test` runs it)
+
+torch is replaced by `fake_torch` (shapes, strides, dtypes and addresses, no values) and
+the launch by a recorder that packs the fields as `fa4gen_prefill` receives them.
+"""
+
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import fake_torch as torch  # noqa: E402
+
+torch.install()
+import fa4gen  # noqa: E402
+
+# fa4gen_prefill_args in order, as fa4gen.h declares them (before the split workspace).
+FIELDS = ("dtype head_dim head_dim_v causal q k v o lse "
+          "q_batch q_row q_head k_batch k_row k_head v_batch v_row v_head o_batch o_row o_head "
+          "batch seqlen_q seqlen_k heads_q heads_kv scale scale_log2 window_left window_right softcap sinks "
+          "cu_seqlens_q cu_seqlens_k seqused_k page_table lse_batch lse_head table_stride page_size").split()
+BF16, I32 = torch.bfloat16, torch.int32
+
+
+class Launches:
+    """Records every launch instead of making it."""
+
+    def __enter__(self):
+        self.calls, self._saved = [], fa4gen._launch
+        fa4gen._launch = self._record
+        return self
+
+    def _record(self, torch_, device, cache, fields, split=False):
+        fa4gen._ARGS.pack(*fields, 0, 0)  # what the C ABI would receive: the count and types hold
+        self.calls.append((dict(zip(FIELDS, fields, strict=True)), split))
+
+    def __exit__(self, *exc):
+        fa4gen._launch = self._saved
+
+    def one(self):
+        assert len(self.calls) == 1, self.calls
+        return self.calls[0]
+
+
+def launch(fn):
+    with Launches() as rec:
+        result = fn()
+    fields, split = rec.one()
+    return fields, split, result
+
+
+def without_outputs(fields):
+    """The fields that describe the problem: out and LSE are fresh buffers every call."""
+    return {k: v for k, v in fields.items() if k not in ("o", "lse")}
+
+
+def packed_extend(batch=3, page_size=1, pages=600, width=512, hq=16, hkv=2, d=128):
+    """An SGLang extend batch: packed queries, a paged cache, per-sequence key counts."""
+    return dict(
+        q=torch.empty((700, hq, d), BF16),
+        k_cache=torch.empty((pages, page_size, hkv, d), BF16),
+        v_cache=torch.empty((pages, page_size, hkv, d), BF16),
+        page_table=torch.empty((batch, width), I32),
+        cache_seqlens=torch.empty((batch,), I32),
+        cu_seqlens_q=torch.empty((batch + 1,), I32),
+        max_seqlen_q=400,
+    )
+
+
+class KvcacheCall(unittest.TestCase):
+    def test_sglang_extend_packs_what_the_varlen_call_packs(self):
+        a = packed_extend()
+        sinks = torch.empty((16,), torch.float32)
+        fields, split, (o, lse) = launch(lambda: fa4gen.flash_attn_with_kvcache(
+            a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"], cache_seqlens=a["cache_seqlens"],
+            cu_seqlens_q=a["cu_seqlens_q"], cu_seqlens_k_new=torch.empty((4,), I32), max_seqlen_q=400,
+            softmax_scale=0.07, causal=True, window_size=(127, 0), softcap=30.0, return_softmax_lse=True,
+            num_splits=1, sinks=sinks))
+        twin, twin_split, _ = launch(lambda: fa4gen.flash_attn_varlen_func(
+            a["q"], a["k_cache"], a["v_cache"], a["cu_seqlens_q"], None, 400, 512, softmax_scale=0.07,
+            causal=True, window_size=(127, 0), softcap=30.0, block_table=a["page_table"],
+            seqused_k=a["cache_seqlens"], sinks=sinks))
+        self.assertEqual(without_outputs(fields), without_outputs(twin))
+        self.assertEqual(split, twin_split)
+        self.assertEqual(fields["seqused_k"], a["cache_seqlens"].data_ptr())
+        self.assertEqual(fields["cu_seqlens_k"], 0)  # cu_seqlens_k_new describes refused new keys
+        self.assertEqual((fields["page_size"], fields["table_stride"], fields["seqlen_k"]), (1, 512, 512))
+        self.assertEqual((o.shape, lse.shape), ((700, 16, 128), (16, 700)))
+        self.assertEqual((fields["o"], fields["lse"]), (o.data_ptr(), lse.data_ptr()))
+
+    def test_returns_out_alone_without_lse(self):
+        a = packed_extend()
+        _, _, o = launch(lambda: fa4gen.flash_attn_with_kvcache(
+            a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"], cache_seqlens=a["cache_seqlens"],
+            cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=400, causal=True))
+        self.assertIsInstance(o, torch.Tensor)
+        self.assertEqual(o.shape, (700, 16, 128))
+
+    def test_paged_without_cache_seqlens_reads_whole_table_rows(self):
+        a = packed_extend(page_size=16, width=40)
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_with_kvcache(
+            a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"], cu_seqlens_q=a["cu_seqlens_q"],
+            max_seqlen_q=400))
+        self.assertEqual((fields["seqused_k"], fields["seqlen_k"], fields["page_size"]), (0, 640, 16))
+
+    def test_dense_cache_with_one_length_for_every_sequence(self):
+        q = torch.empty((2, 5, 8, 64), BF16)
+        kc, vc = torch.empty((4, 1000, 2, 64), BF16), torch.empty((4, 1000, 2, 64), BF16)
+        fields, split, o = launch(lambda: fa4gen.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=700))
+        self.assertEqual((fields["batch"], fields["seqlen_q"], fields["seqlen_k"]), (2, 5, 700))
+        self.assertEqual((fields["k_batch"], fields["k_row"], fields["k_head"]), (1000 * 2 * 64, 128, 64))
+        self.assertEqual((fields["seqused_k"], fields["page_table"], fields["cu_seqlens_q"]), (0, 0, 0))
+        self.assertTrue(split, "a dense unmasked batch over the same keys may split its last round")
+        self.assertEqual(o.shape, (2, 5, 8, 64))
+        # A length past the cache's rows reads the rows it has, never more.
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5000))
+        self.assertEqual(fields["seqlen_k"], 1000)
+
+    def test_dense_cache_with_per_sequence_lengths_does_not_split(self):
+        q = torch.empty((2, 5, 8, 64), BF16)
+        kc, vc = torch.empty((2, 1000, 2, 64), BF16), torch.empty((2, 1000, 2, 64), BF16)
+        used = torch.empty((2,), I32)
+        fields, split, (o, lse) = launch(lambda: fa4gen.flash_attn_with_kvcache(
+            q, kc, vc, cache_seqlens=used, return_softmax_lse=True))
+        self.assertEqual((fields["seqused_k"], fields["seqlen_k"]), (used.data_ptr(), 1000))
+        self.assertFalse(split)
+        self.assertEqual(lse.shape, (2, 8, 5))
+        self.assertEqual((fields["lse_batch"], fields["lse_head"]), (8 * 5, 5))
+
+    def test_cache_batch_idx_reads_cache_rows_as_pages(self):
+        q = torch.empty((3, 7, 8, 128), BF16)
+        kc, vc = torch.empty((10, 2048, 2, 128), BF16), torch.empty((10, 2048, 2, 128), BF16)
+        idx, used = torch.empty((3,), I32), torch.empty((3,), I32)
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_with_kvcache(
+            q, kc, vc, cache_seqlens=used, cache_batch_idx=idx, causal=True))
+        self.assertEqual((fields["page_table"], fields["table_stride"], fields["page_size"]),
+                         (idx.data_ptr(), 1, 2048))
+        self.assertEqual((fields["k_batch"], fields["seqlen_k"], fields["seqused_k"]),
+                         (2048 * 2 * 128, 2048, used.data_ptr()))
+
+    def test_hints_do_not_change_the_launch(self):
+        a = packed_extend()
+        call = lambda **hints: launch(lambda: fa4gen.flash_attn_with_kvcache(  # noqa: E731
+            a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"], cache_seqlens=a["cache_seqlens"],
+            cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=400, causal=True, **hints))[0]
+        plain = without_outputs(call())
+        for hints in (dict(num_splits=1), dict(pack_gqa=True), dict(scheduler_metadata=object()),
+                      dict(rotary_interleaved=False), dict(ver=4)):
+            self.assertEqual(without_outputs(call(**hints)), plain, hints)
+
+    def test_block_table_is_page_tables_other_name(self):
+        a = packed_extend()
+        by_page = launch(lambda: fa4gen.flash_attn_with_kvcache(
+            a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"], cu_seqlens_q=a["cu_seqlens_q"],
+            max_seqlen_q=400))[0]
+        by_block = launch(lambda: fa4gen.flash_attn_with_kvcache(
+            a["q"], a["k_cache"], a["v_cache"], block_table=a["page_table"], cu_seqlens_q=a["cu_seqlens_q"],
+            max_seqlen_q=400))[0]
+        self.assertEqual(without_outputs(by_page), without_outputs(by_block))
+        with self.assertRaisesRegex(ValueError, "pass one of them"):
+            fa4gen.flash_attn_with_kvcache(a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"],
+                                           block_table=a["page_table"], cu_seqlens_q=a["cu_seqlens_q"],
+                                           max_seqlen_q=400)
+
+    def test_work_fa4gen_does_not_do_is_refused_by_name(self):
+        a = packed_extend()
+        t = torch.empty((700, 2, 128), BF16)
+        scale = torch.empty((3, 2), torch.float32)
+        for name, value in (("k", t), ("v", t), ("qv", t), ("rotary_cos", t), ("rotary_sin", t),
+                            ("rotary_seqlens", a["cache_seqlens"]), ("cache_leftpad", a["cache_seqlens"]),
+                            ("q_descale", scale), ("k_descale", scale), ("v_descale", scale),
+                            ("attention_chunk", 256), ("sm_margin", 4)):
+            with Launches() as rec, self.assertRaisesRegex(NotImplementedError, "^%s" % name):
+                fa4gen.flash_attn_with_kvcache(
+                    a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"],
+                    cache_seqlens=a["cache_seqlens"], cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=400,
+                    **{name: value})
+            self.assertEqual(rec.calls, [], name)
+
+    def test_inconsistent_arguments_are_named(self):
+        a = packed_extend()
+        base = dict(page_table=a["page_table"], cache_seqlens=a["cache_seqlens"], cu_seqlens_q=a["cu_seqlens_q"],
+                    max_seqlen_q=400)
+        cases = (
+            (dict(base, max_seqlen_q=None), ValueError, "max_seqlen_q"),
+            (dict(base, page_table=torch.empty((2, 512), I32)), ValueError, "page_table must be int32 \\[batch=3"),
+            (dict(base, page_table=torch.empty((3, 512), torch.int64)), ValueError, "page_table must be int32"),
+            (dict(base, cache_seqlens=torch.empty((4,), I32)), ValueError, "cache_seqlens has 4 entries, 3"),
+            (dict(base, cache_seqlens=-1), ValueError, "cache_seqlens=-1"),
+            (dict(base, cache_batch_idx=torch.empty((3,), I32)), ValueError, "cache_batch_idx"),
+        )
+        for kwargs, kind, words in cases:
+            with Launches() as rec, self.assertRaisesRegex(kind, words):
+                fa4gen.flash_attn_with_kvcache(a["q"], a["k_cache"], a["v_cache"], **kwargs)
+            self.assertEqual(rec.calls, [], words)
+        with self.assertRaisesRegex(TypeError, "k is torch.float16 and q is torch.bfloat16"):
+            fa4gen.flash_attn_with_kvcache(a["q"], a["k_cache"].to(torch.float16), a["v_cache"], **base)
+        with self.assertRaisesRegex(ValueError, "q's head dim is 128 and k's 64"):
+            fa4gen.flash_attn_with_kvcache(a["q"], torch.empty((600, 1, 2, 64), BF16),
+                                           torch.empty((600, 1, 2, 64), BF16), **base)
+        with self.assertRaisesRegex(ValueError, "q has shape \\(700, 16, 128\\)"):
+            fa4gen.flash_attn_with_kvcache(a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"])
+        with self.assertRaisesRegex(ValueError, "k_cache and v_cache are"):
+            fa4gen.flash_attn_with_kvcache(a["q"], a["q"], a["q"], **base)
+        q = torch.empty((2, 5, 8, 64), BF16)
+        small = torch.empty((1, 100, 2, 64), BF16)
+        with self.assertRaisesRegex(ValueError, "hold 1 sequences and the batch has 2"):
+            fa4gen.flash_attn_with_kvcache(q, small, small)
+        with self.assertRaisesRegex(ValueError, "is on cpu"):
+            fa4gen.flash_attn_with_kvcache(q, small, torch.empty((1, 100, 2, 64), BF16, device="cpu"))
+
+
+class VarlenAndDenseCalls(unittest.TestCase):
+    def test_varlen_strides_come_from_the_tensors(self):
+        qkv = torch.empty((1200, 3, 8, 64), BF16)  # one packed [tokens, 3, heads, d] buffer
+        q, k, v = qkv[:1000, 0], qkv[:, 1, :2], qkv[:, 2, :2]
+        cq, ck = torch.empty((4,), I32), torch.empty((4,), I32)
+        fields, split, _ = launch(lambda: fa4gen.flash_attn_varlen_func(q, k, v, cq, ck, 500, 600))
+        self.assertEqual((fields["q_batch"], fields["q_row"], fields["q_head"]), (0, 3 * 8 * 64, 64))
+        self.assertEqual((fields["k_row"], fields["v_row"]), (3 * 8 * 64, 3 * 8 * 64))
+        self.assertEqual((fields["q"], fields["k"]), (q.data_ptr(), k.data_ptr()))
+        self.assertEqual((fields["batch"], fields["seqlen_q"], fields["seqlen_k"]), (3, 500, 600))
+        self.assertEqual((fields["cu_seqlens_q"], fields["cu_seqlens_k"]), (cq.data_ptr(), ck.data_ptr()))
+        self.assertEqual((fields["lse_batch"], fields["lse_head"]), (0, 1000))
+        self.assertFalse(split)
+
+    def test_varlen_paged_lengths_from_cu_seqlens_k(self):
+        a = packed_extend(page_size=16, width=40)
+        ck = torch.empty((4,), I32)
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_varlen_func(
+            a["q"], a["k_cache"], a["v_cache"], a["cu_seqlens_q"], ck, 400, 640, block_table=a["page_table"]))
+        # The lengths are cu_seqlens_k's differences, a new tensor; the kernel gets no cu_seqlens_k.
+        self.assertEqual(fields["cu_seqlens_k"], 0)
+        self.assertNotIn(fields["seqused_k"], (0, ck.data_ptr()))
+
+    def test_dense_windows_scale_and_split(self):
+        q, k, v = (torch.empty((2, 300, 8, 128), BF16) for _ in range(3))
+        fields, split, _ = launch(lambda: fa4gen.flash_attn_func(q, k, v, window_size=(10, 5)))
+        self.assertEqual((fields["window_left"], fields["window_right"]), (10, 5))
+        self.assertAlmostEqual(fields["scale"], 128 ** -0.5)
+        self.assertTrue(split)
+        fields, split, _ = launch(lambda: fa4gen.flash_attn_func(q, k, v, causal=True, softmax_scale=0.5))
+        self.assertEqual((fields["causal"], fields["scale"]), (1, 0.5))
+        self.assertFalse(split)
+
+    def test_bad_arguments_are_named_before_any_launch(self):
+        q, k, v = (torch.empty((2, 300, 8, 128), BF16) for _ in range(3))
+        cq = torch.empty((3,), I32)
+        cases = (
+            (lambda: fa4gen.flash_attn_func(q, k, v, dropout_p=0.1), NotImplementedError, "dropout_p"),
+            (lambda: fa4gen.flash_attn_func(q, k[:1], v[:1]), ValueError, "q has batch 2, k 1"),
+            (lambda: fa4gen.flash_attn_func(q, torch.Tensor(k.shape, BF16, strides=(1, 2, 600, 4800)), v),
+             ValueError, "k's last dim has stride 4800"),
+            (lambda: fa4gen.flash_attn_func(q, k, v, out=torch.empty((2, 300, 8, 64), BF16)), ValueError,
+             "out is"),
+            (lambda: fa4gen.flash_attn_func(q, k, v, sinks=torch.empty((4,), torch.float32)), ValueError,
+             "one logit per query head"),
+            (lambda: fa4gen.flash_attn_func(q.to(torch.float32), k, v), TypeError, "torch.bfloat16 or"),
+            (lambda: fa4gen.flash_attn_varlen_func(q[0], k[0], v[0], cq, None, 300, 300), ValueError,
+             "cu_seqlens_k is None"),
+            (lambda: fa4gen.flash_attn_varlen_func(q[0], k, v, cq, None, 300, 300,
+                                                   block_table=torch.empty((2, 4), I32)), ValueError,
+             "needs the key lengths"),
+            (lambda: fa4gen.flash_attn_varlen_func(q[0], k[0], v[0], torch.empty((3,), torch.int64), cq, 300,
+                                                   300), ValueError, "cu_seqlens_q must be a contiguous"),
+        )
+        for fn, kind, words in cases:
+            with Launches() as rec, self.assertRaisesRegex(kind, words):
+                fn()
+            self.assertEqual(rec.calls, [], words)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
