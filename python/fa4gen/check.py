@@ -3,7 +3,8 @@
     python -m fa4gen.check [--cache generated] [--json FILE] [--head-dims 64,128]
 
 Every feature alone and combined, for head dims 64 to 256 and bf16/fp16, through the
-public calls (``flash_attn_varlen_func``, ``flash_attn_func``): dense, varlen with empty
+public calls (``flash_attn_varlen_func``, ``flash_attn_func``, ``flash_attn_with_kvcache``
+as SGLang calls it for extend): dense, varlen with empty
 and ragged sequences, seqlen_q != seqlen_k (a cached prefix), GQA/MQA, causal, sliding
 windows, sinks, softcap, paged K/V (page sizes 1 to 256, lengths from seqused_k or
 cu_seqlens_k), strided Q/K/V, LSE, the gpt-oss-20b and Llama-3-8B layers, a call
@@ -145,7 +146,9 @@ def cu(lengths):
 
 
 def run_varlen(name, d, dtype, seqs, hq, hkv, causal=False, window=(-1, -1), softcap=0.0, sinks=False,
-               page_size=None, lengths_from="seqused_k", strided=False, dv=None, cache=None):
+               page_size=None, lengths_from="seqused_k", strided=False, dv=None, cache=None, via_kvcache=False):
+    """A packed batch of (queries, keys) per sequence through flash_attn_varlen_func, or with
+    `via_kvcache` (paged) through flash_attn_with_kvcache as SGLang calls it for extend."""
     dv = dv or d
     total_q = sum(s for s, _ in seqs)
     total_k = sum(s for _, s in seqs)
@@ -168,9 +171,15 @@ def run_varlen(name, d, dtype, seqs, hq, hkv, causal=False, window=(-1, -1), sof
         kc, vc, table, dense = paged_cache(seqs, page_size, hkv, d, dv, dtype, hash(name) & 0xffff)
         used = torch.tensor([s for _, s in seqs], dtype=torch.int32, device=DEV)
         extra = dict(seqused_k=used) if lengths_from == "seqused_k" else {}
-        o, lse = fa4gen.flash_attn_varlen_func(
-            q, kc, vc, cu_q, None if extra else cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
-            block_table=table, out=out, **extra, **kwargs)
+        if via_kvcache:
+            o, lse = fa4gen.flash_attn_with_kvcache(
+                q, kc, vc, page_table=table, cache_seqlens=used, cu_seqlens_q=cu_q, cu_seqlens_k_new=cu_k,
+                max_seqlen_q=max(s for s, _ in seqs), causal=causal, window_size=window, softcap=softcap,
+                sinks=sink_t, return_softmax_lse=True, out=out, cache=cache)
+        else:
+            o, lse = fa4gen.flash_attn_varlen_func(
+                q, kc, vc, cu_q, None if extra else cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
+                block_table=table, out=out, **extra, **kwargs)
     else:
         o, lse = fa4gen.flash_attn_varlen_func(
             q, k, v, cu_q, cu_k, max(s for s, _ in seqs), max(s for _, s in seqs), out=out, **kwargs)
@@ -204,6 +213,31 @@ def run_dense(name, d, dtype, batch, sq, sk, hq, hkv, causal=False, window=(-1, 
     ref = torch.stack([r[0] for r in refs])
     ref_lse = torch.stack([r[1] for r in refs])
     return verdict(name, d, dtype, o, ref, lse, ref_lse)
+
+
+def run_kvcache_dense(name, d, dtype, batch, sq, cache_rows, lengths, hq, hkv, causal=False, window=(-1, -1),
+                      batch_idx=False, cache=None):
+    """flash_attn_with_kvcache over a dense cache [batch_cache, cache_rows, hkv, d]: `lengths`
+    an int (every sequence) or one per sequence; with `batch_idx` the rows come from a
+    shuffled cache_batch_idx into a larger cache."""
+    q = randn(batch, sq, hq, d, dtype=dtype)
+    rows = batch + 3 if batch_idx else batch
+    kc, vc = randn(rows, cache_rows, hkv, d, dtype=dtype), randn(rows, cache_rows, hkv, d, dtype=dtype)
+    idx = torch.randperm(rows)[:batch].to(torch.int32).to(DEV) if batch_idx else None
+    if isinstance(lengths, int):
+        cache_seqlens, lens = lengths, [min(lengths, cache_rows)] * batch
+    else:
+        cache_seqlens, lens = torch.tensor(lengths, dtype=torch.int32, device=DEV), lengths
+    out = torch.full((batch, sq, hq, d), float("nan"), dtype=dtype, device=DEV)
+    o, lse = fa4gen.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=cache_seqlens, cache_batch_idx=idx,
+                                            causal=causal, window_size=window, return_softmax_lse=True, out=out,
+                                            cache=cache)
+    torch.cuda.synchronize()
+    picks = idx.tolist() if batch_idx else list(range(batch))
+    scale = 1.0 / math.sqrt(d)
+    refs = [reference_one(q[b], kc[picks[b], :lens[b]], vc[picks[b], :lens[b]], scale, causal, window, 0.0, None)
+            for b in range(batch)]
+    return verdict(name, d, dtype, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]))
 
 
 def verdict(name, d, dtype, o, ref, lse, ref_lse):
@@ -267,6 +301,24 @@ def layer_cases(cache):
     yield run_dense("dense cluster pairs q9000/k9100", 128, bf, 1, 9000, 9100, 4, 2, cache=cache)
     yield run_varlen("varlen cluster pairs (unmasked)", 128, bf, [(8300, 8300), (100, 8300), (0, 0), (257, 300)],
                      4, 2, cache=cache)
+
+
+def kvcache_cases(cache):
+    """flash_attn_with_kvcache: SGLang's extend call (packed queries, a paged cache that
+    already holds the new tokens, cache_seqlens), and dense caches."""
+    bf, fp = torch.bfloat16, torch.float16
+    yield run_varlen("kvcache extend pages of 1 (32/8, causal)", 128, bf, PREFIX, 32, 8, causal=True, page_size=1,
+                     via_kvcache=True, cache=cache)
+    yield run_varlen("kvcache extend pages of 16 (64/8, sinks, window 128)", 64, bf, PREFIX, 64, 8, causal=True,
+                     window=(128, 0), sinks=True, page_size=16, via_kvcache=True, cache=cache)
+    yield run_varlen("kvcache extend pages of 64 softcap", 256, fp, PREFIX, 8, 2, causal=True, softcap=2.0,
+                     page_size=64, via_kvcache=True, cache=cache)
+    yield run_kvcache_dense("kvcache dense, one length (700 of 1000)", 128, bf, 2, 100, 1000, 700, 8, 2,
+                            cache=cache)
+    yield run_kvcache_dense("kvcache dense causal, lengths per sequence", 64, fp, 3, 77, 600, [600, 77, 0], 8, 8,
+                            causal=True, cache=cache)
+    yield run_kvcache_dense("kvcache cache_batch_idx causal", 128, bf, 3, 50, 900, [900, 333, 51], 16, 2,
+                            causal=True, batch_idx=True, cache=cache)
 
 
 def serving_cases(cache):
@@ -467,6 +519,7 @@ def main():
         for dtype in (torch.bfloat16, torch.float16):
             rows += list(feature_cases(d, dtype, cache_dir))
     rows += list(layer_cases(cache_dir))
+    rows += list(kvcache_cases(cache_dir))
     rows += serving_cases(cache_dir)
     rows += error_cases(cache_dir)
     passed = sum(r["pass"] for r in rows)
