@@ -13,7 +13,9 @@
 # dtypes) and of every bf16 candidate (unmasked and causal); `tune` of the four specs
 # under a budget; the grid's lengths at d96 (hidden 3072, Phi-3-mini's 32 heads): our
 # tuned Hopper picks and the portable default (`fa4-gen bench --db`), beside FA2 and cuDNN
-# (`peers.py --hdims 96`) in the same call; the new export.
+# (`peers.py --hdims 96`) in the same call; the new export. First, while it is there:
+# `python -m fa4gen.check --cases kvcache` (flash_attn_with_kvcache through the committed
+# cache, its first GPU run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D96=(--arch sm90 --template hopper --head-dim 96)
@@ -28,6 +30,7 @@ prepare() {
     "$B" tune "${TUNED[@]}" --compile-only --build-dir "$W/build" --db "$W/db.sled" -q
     source bench/device_steps.sh
     pack_kit d96 "$W/build"
+    xz -T0 -6 -c target/release/libfa4_gen.so > .device/libfa4_gen.so.xz
     cp ../shared/bench/peers.py ../shared/bench/compare.py .device/
     rm -rf "$W"
     echo "carry .device and run: bash bench/d96_check.sh run"
@@ -36,6 +39,8 @@ prepare() {
 run() {
     source bench/device_steps.sh
     unpack_kit d96
+    xz -dc .device/libfa4_gen.so.xz > python/fa4gen/libfa4_gen.so
+    PYTHONPATH=$PWD/python step kvcache 30 python3 -m fa4gen.check --cases kvcache --json "$R/kvcache.json"
     local V=("$B" verify "${D96[@]}" --build-dir /tmp/build -q)
     step verify-defaults 60 "${V[@]}" --mask none,causal,local \
         --features none,sinks,softcap,sinks+softcap,paged --json "$R/verify-defaults.json"

@@ -1,6 +1,6 @@
 """Checks fa4gen's FlashAttention calls on a GPU against PyTorch in f32.
 
-    python -m fa4gen.check [--cache generated] [--json FILE] [--head-dims 64,128]
+    python -m fa4gen.check [--cache generated] [--json FILE] [--head-dims 64,128] [--cases kvcache,errors]
 
 Every feature alone and combined, for head dims 64 to 256 and bf16/fp16, through the
 public calls (``flash_attn_varlen_func``, ``flash_attn_func``, ``flash_attn_with_kvcache``
@@ -505,23 +505,33 @@ def error_cases(cache_dir):
     return rows
 
 
+GROUPS = ("features", "layers", "kvcache", "serving", "errors")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cache", default=None, help="kernel cache folder [FA4GEN_CACHE or generated]")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--head-dims", default="64,96,128,192,256")
+    ap.add_argument("--cases", default=",".join(GROUPS),
+                    help="the groups of cases to run, of %s (default: every group)" % ", ".join(GROUPS))
     args = ap.parse_args()
+    groups = args.cases.split(",")
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        ap.error("unknown case groups %s: the groups are %s" % (", ".join(unknown), ", ".join(GROUPS)))
     cache_dir = args.cache or fa4gen._default_cache_dir()
     torch.manual_seed(0)
     t0 = time.time()
     rows = []
-    for d in [int(x) for x in args.head_dims.split(",")]:
-        for dtype in (torch.bfloat16, torch.float16):
-            rows += list(feature_cases(d, dtype, cache_dir))
-    rows += list(layer_cases(cache_dir))
-    rows += list(kvcache_cases(cache_dir))
-    rows += serving_cases(cache_dir)
-    rows += error_cases(cache_dir)
+    if "features" in groups:
+        for d in [int(x) for x in args.head_dims.split(",")]:
+            for dtype in (torch.bfloat16, torch.float16):
+                rows += list(feature_cases(d, dtype, cache_dir))
+    for name, cases in (("layers", layer_cases), ("kvcache", kvcache_cases), ("serving", serving_cases),
+                        ("errors", error_cases)):
+        if name in groups:
+            rows += list(cases(cache_dir))
     passed = sum(r["pass"] for r in rows)
     numeric = [r for r in rows if "o_rel_l2" in r]
     worst = {}
