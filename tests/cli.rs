@@ -927,6 +927,14 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
         if args.contains(&"paged") {
             assert!(!schedule.contains("TMA"), "{text}");
         }
+        // A head dim the Hopper template builds but the portable one serves says so.
+        let held_back = line("kernel").starts_with("portable_");
+        assert_eq!(held_back, args.contains(&"96"), "{text}");
+        assert_eq!(
+            held_back,
+            text.contains("note      the hopper template builds this head dim"),
+            "{text}"
+        );
     }
     assert!(seen_ws, "the Hopper template serves sm90 d128");
     assert!(

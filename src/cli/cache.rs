@@ -11,7 +11,7 @@ use crate::cache;
 use crate::db::{parse_export, Record, MIN_GAIN, MIN_GAIN_SCREENED};
 use crate::render::Renderer;
 use crate::runtime::{KernelCache, Query, Reason};
-use crate::space::{switches, Footprint};
+use crate::space::{switches, Footprint, Template};
 
 #[derive(Debug, Args)]
 pub struct BuildCacheArgs {
@@ -308,6 +308,13 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         }
     };
     let k = s.kernel;
+    let note = Template::held_back(&k.spec).map(|t| {
+        format!(
+            "the {t} template builds this head dim but its kernels have not yet run on a GPU \
+             (bench/d96_check.sh runs them); until they pass, the {} template serves it",
+            k.template
+        )
+    });
     if a.json {
         println!(
             "{}",
@@ -319,6 +326,7 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
                 "cubin": a.cache.join(&k.cubin),
                 "is_default": s.is_default,
                 "why": why,
+                "note": note,
                 "lookup_ns": lookup_ns,
             }))
             .expect("serialises")
@@ -342,6 +350,9 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
     println!("schedule  {}", schedule(&k.config, &k.footprint));
     println!("cubin     {}", a.cache.join(&k.cubin).display());
     println!("why       {why}");
+    if let Some(note) = note {
+        println!("note      {note}");
+    }
     println!("lookup    {lookup_ns:.0} ns per select (mean of {LOOKUPS}; no GPU, no allocation)");
     Ok(())
 }

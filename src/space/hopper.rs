@@ -1302,6 +1302,14 @@ mod tests {
             super::super::Template::serving(&d96),
             super::super::Template::Portable
         );
+        // ... and `explain` names the template held back; nothing is held back elsewhere.
+        assert_eq!(
+            super::super::Template::held_back(&d96),
+            Some(super::super::Template::Hopper)
+        );
+        assert_eq!(super::super::Template::held_back(&d128), None);
+        let sm80 = KernelSpec::new(Arch::Sm80, Dtype::Bf16, 96, MaskKind::None);
+        assert_eq!(super::super::Template::held_back(&sm80), None);
         // Shared memory, registers and the split workspace are d128's (padded columns),
         // for every candidate both build.
         let mut both = 0;

@@ -95,6 +95,13 @@ impl Template {
         }
     }
 
+    /// The template that builds `spec` but does not serve it yet, its kernels never having
+    /// run on a GPU (d96 on the Hopper template): what `explain` names beside the choice.
+    pub fn held_back(spec: &KernelSpec) -> Option<Template> {
+        (Template::Hopper.supports(spec) && Template::serving(spec) != Template::Hopper)
+            .then_some(Template::Hopper)
+    }
+
     /// Whether this template serves `spec` in the shipped cache ([`Template::serving`]).
     pub fn serves(self, spec: &KernelSpec) -> bool {
         self.supports(spec) && self == Template::serving(spec)
