@@ -247,13 +247,20 @@ def _index_tensor(torch, t, name, device, length=None):
     return t.data_ptr()
 
 
-def _unsupported(dropout_p, alibi_slopes, return_attn_probs, deterministic=False):
+def _unsupported(dropout_p, alibi_slopes):
     if dropout_p:
         raise NotImplementedError("dropout_p=%s: fa4-gen's prefill kernels have no dropout (inference only)" % dropout_p)
     if alibi_slopes is not None:
         raise NotImplementedError("alibi_slopes: fa4-gen's kernels have no ALiBi bias")
+
+
+def _results(out, lse, return_lse, return_attn_probs):
+    """What FlashAttention-2 returns: with ``return_attn_probs`` (its way to ask for the
+    LSE) ``(out, lse, S_dmask)``, whose S_dmask is None without dropout, as here; with
+    fa4-gen's ``return_lse`` ``(out, lse)``; else out."""
     if return_attn_probs:
-        raise NotImplementedError("return_attn_probs: fa4-gen never materialises P; use return_lse=True for the LSE")
+        return out, lse, None
+    return (out, lse) if return_lse else out
 
 
 def _scores(torch, sinks, heads_q, device, softmax_scale, head_dim, window_size, softcap):
@@ -434,19 +441,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     heads_kv (GQA/MQA). ``window_size`` as FlashAttention's (-1: unbounded; with causal the
     right side is 0), ``softcap`` 0 for none, ``sinks`` one logit per query head that joins
     the softmax denominator (gpt-oss). Returns out [total_q, heads_q, d_v], and with
-    ``return_lse`` also the f32 LSE [heads_q, total_q]. The call is asynchronous on the
-    current stream; cu_seqlens values are not read on the host.
+    ``return_lse`` also the f32 LSE [heads_q, total_q] (``return_attn_probs``, as
+    FlashAttention-2 without dropout: out, the LSE and None). The call is asynchronous on
+    the current stream; cu_seqlens values are not read on the host.
     """
     import torch
 
-    _unsupported(dropout_p, alibi_slopes, return_attn_probs)
+    _unsupported(dropout_p, alibi_slopes)
     if block_table is not None and seqused_k is None and cu_seqlens_k is None:
         raise ValueError("a paged call needs the key lengths: seqused_k or cu_seqlens_k")
     if block_table is None and cu_seqlens_k is None:
         raise ValueError("cu_seqlens_k is None: pass it, or block_table for paged caches")
     out, lse = _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, block_table,
                        max_seqlen_k, causal, window_size, softcap, sinks, softmax_scale, out, cache)
-    return (out, lse) if return_lse else out
+    return _results(out, lse, return_lse, return_attn_probs)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -455,10 +463,11 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """FlashAttention's ``flash_attn_func`` on fa4-gen's kernels: q [batch, seqlen_q,
     heads_q, d], k and v [batch, seqlen_k, heads_kv, d(_v)], any batch/token/head strides
     with the last dim contiguous. Returns out [batch, seqlen_q, heads_q, d_v], and with
-    ``return_lse`` also the f32 LSE [batch, heads_q, seqlen_q]."""
+    ``return_lse`` also the f32 LSE [batch, heads_q, seqlen_q] (``return_attn_probs`` as
+    in ``flash_attn_varlen_func``)."""
     import torch
 
-    _unsupported(dropout_p, alibi_slopes, return_attn_probs)
+    _unsupported(dropout_p, alibi_slopes)
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v are [batch, seqlen, heads, head_dim]; got q %s, k %s, v %s"
                          % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
@@ -466,7 +475,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         raise ValueError("q has batch %d, k %d, v %d: they must match" % (q.shape[0], k.shape[0], v.shape[0]))
     out, lse = _attend(torch, q, k, v, None, None, None, None, None, None,
                        causal, window_size, softcap, sinks, softmax_scale, out, cache)
-    return (out, lse) if return_lse else out
+    return _results(out, lse, return_lse, return_attn_probs)
 
 
 # flash_attn_with_kvcache's arguments that change what is computed and that no fa4-gen

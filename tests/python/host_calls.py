@@ -249,6 +249,22 @@ class VarlenAndDenseCalls(unittest.TestCase):
         self.assertEqual((fields["causal"], fields["scale"]), (1, 0.5))
         self.assertFalse(split)
 
+    def test_return_attn_probs_returns_the_lse_as_flashattention_2_does(self):
+        # FlashAttention-2 callers ask for the LSE with return_attn_probs=True and take
+        # (out, lse, S_dmask), S_dmask being None without dropout.
+        q, k, v = (torch.empty((2, 300, 8, 128), BF16) for _ in range(3))
+        fields, _, (o, lse, probs) = launch(lambda: fa4gen.flash_attn_func(q, k, v, return_attn_probs=True))
+        self.assertIsNone(probs)
+        self.assertEqual((fields["o"], fields["lse"]), (o.data_ptr(), lse.data_ptr()))
+        self.assertEqual(lse.shape, (2, 8, 300))
+        cq = torch.empty((3,), I32)
+        _, _, result = launch(lambda: fa4gen.flash_attn_varlen_func(q[0], k[0], v[0], cq, cq, 300, 300,
+                                                                    return_attn_probs=True))
+        self.assertEqual((len(result), result[1].shape, result[2]), (3, (8, 300), None))
+        _, _, result = launch(lambda: fa4gen.flash_attn_varlen_func(q[0], k[0], v[0], cq, cq, 300, 300,
+                                                                    return_lse=True))
+        self.assertEqual(len(result), 2)
+
     def test_bad_arguments_are_named_before_any_launch(self):
         q, k, v = (torch.empty((2, 300, 8, 128), BF16) for _ in range(3))
         cq = torch.empty((3,), I32)
