@@ -14,8 +14,8 @@
 # under a budget; the grid's lengths at d96 (hidden 3072, Phi-3-mini's 32 heads): our
 # tuned Hopper picks and the portable default (`fa4-gen bench --db`), beside FA2 and cuDNN
 # (`peers.py --hdims 96`) in the same call; the new export. First, while it is there:
-# `python -m fa4gen.check --cases kvcache` (flash_attn_with_kvcache through the committed
-# cache, its first GPU run).
+# `python -m fa4gen.check --cases calls` (flash_attn_with_kvcache and the packed qkv/kv
+# calls through the committed cache, their first GPU run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 D96=(--arch sm90 --template hopper --head-dim 96)
@@ -40,7 +40,7 @@ run() {
     source bench/device_steps.sh
     unpack_kit d96
     xz -dc .device/libfa4_gen.so.xz > python/fa4gen/libfa4_gen.so
-    PYTHONPATH=$PWD/python step kvcache 30 python3 -m fa4gen.check --cases kvcache --json "$R/kvcache.json"
+    PYTHONPATH=$PWD/python step calls 30 python3 -m fa4gen.check --cases calls --json "$R/calls.json"
     local V=("$B" verify "${D96[@]}" --build-dir /tmp/build -q)
     step verify-defaults 60 "${V[@]}" --mask none,causal,local \
         --features none,sinks,softcap,sinks+softcap,paged --json "$R/verify-defaults.json"

@@ -30,7 +30,8 @@ import struct
 import threading
 from pathlib import Path
 
-__all__ = ["flash_attn_varlen_func", "flash_attn_func", "flash_attn_with_kvcache", "KernelCache", "Fa4genError", "version"]
+__all__ = ["flash_attn_varlen_func", "flash_attn_func", "flash_attn_with_kvcache", "flash_attn_qkvpacked_func",
+           "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "KernelCache", "Fa4genError", "version"]
 
 OK, ERR_INVALID_ARGUMENT, ERR_CACHE, ERR_UNSUPPORTED, ERR_INTERNAL, ERR_CUDA = range(6)
 _REASONS = {0: "tuned", 1: "nearest tuned bucket", 2: "default", 3: "borrowed"}
@@ -476,6 +477,60 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     out, lse = _attend(torch, q, k, v, None, None, None, None, None, None,
                        causal, window_size, softcap, sinks, softmax_scale, out, cache)
     return _results(out, lse, return_lse, return_attn_probs)
+
+
+def _unpack(t, name, dim, parts, layout):
+    """Views of a packed tensor's parts (no copy: the kernels take any strides)."""
+    if t.dim() != dim or t.shape[dim - 3] != parts:
+        raise ValueError("%s has shape %s: %s expected" % (name, tuple(t.shape), layout))
+    index = (slice(None),) * (dim - 3)
+    return [t[index + (i,)] for i in range(parts)]
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                              sinks=None, return_lse=False, out=None, cache=None):
+    """FlashAttention-2's ``flash_attn_qkvpacked_func``: qkv [batch, seqlen, 3, heads, d]
+    (a fused QKV projection's output), read in place; otherwise ``flash_attn_func``."""
+    q, k, v = _unpack(qkv, "qkv", 5, 3, "[batch, seqlen, 3, heads, head_dim]")
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs, sinks=sinks, return_lse=return_lse, out=out,
+                           cache=cache)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                             sinks=None, return_lse=False, out=None, cache=None):
+    """FlashAttention-2's ``flash_attn_kvpacked_func``: kv [batch, seqlen_k, 2, heads_kv, d],
+    read in place; otherwise ``flash_attn_func``."""
+    k, v = _unpack(kv, "kv", 5, 2, "[batch, seqlen_k, 2, heads_kv, head_dim]")
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs, sinks=sinks, return_lse=return_lse, out=out,
+                           cache=cache)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False, *, sinks=None, return_lse=False, out=None,
+                                     cache=None):
+    """FlashAttention-2's ``flash_attn_varlen_qkvpacked_func``: qkv [total, 3, heads, d]
+    packed by ``cu_seqlens``, read in place; otherwise ``flash_attn_varlen_func``."""
+    q, k, v = _unpack(qkv, "qkv", 4, 3, "[total, 3, heads, head_dim]")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, sinks=sinks, return_lse=return_lse, out=out, cache=cache)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                                    sinks=None, return_lse=False, out=None, cache=None):
+    """FlashAttention-2's ``flash_attn_varlen_kvpacked_func``: kv [total_k, 2, heads_kv, d]
+    packed by ``cu_seqlens_k``, read in place; otherwise ``flash_attn_varlen_func``."""
+    k, v = _unpack(kv, "kv", 4, 2, "[total_k, 2, heads_kv, head_dim]")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs, sinks=sinks, return_lse=return_lse, out=out, cache=cache)
 
 
 # flash_attn_with_kvcache's arguments that change what is computed and that no fa4-gen

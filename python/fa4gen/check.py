@@ -1,10 +1,10 @@
 """Checks fa4gen's FlashAttention calls on a GPU against PyTorch in f32.
 
-    python -m fa4gen.check [--cache generated] [--json FILE] [--head-dims 64,128] [--cases kvcache,errors]
+    python -m fa4gen.check [--cache generated] [--json FILE] [--head-dims 64,128] [--cases calls,errors]
 
 Every feature alone and combined, for head dims 64 to 256 and bf16/fp16, through the
 public calls (``flash_attn_varlen_func``, ``flash_attn_func``, ``flash_attn_with_kvcache``
-as SGLang calls it for extend): dense, varlen with empty
+as SGLang calls it for extend, FlashAttention-2's packed qkv/kv calls): dense, varlen with empty
 and ragged sequences, seqlen_q != seqlen_k (a cached prefix), GQA/MQA, causal, sliding
 windows, sinks, softcap, paged K/V (page sizes 1 to 256, lengths from seqused_k or
 cu_seqlens_k), strided Q/K/V, LSE, the gpt-oss-20b and Llama-3-8B layers, a call
@@ -303,10 +303,25 @@ def layer_cases(cache):
                      4, 2, cache=cache)
 
 
-def kvcache_cases(cache):
-    """flash_attn_with_kvcache: SGLang's extend call (packed queries, a paged cache that
-    already holds the new tokens, cache_seqlens), and dense caches."""
+def call_cases(cache):
+    """The other entry points. flash_attn_with_kvcache: SGLang's extend call (packed
+    queries, a paged cache that already holds the new tokens, cache_seqlens), and dense
+    caches; FlashAttention-2's packed calls, read in place from a fused projection."""
     bf, fp = torch.bfloat16, torch.float16
+    seqs = [(300, 300), (0, 0), (77, 77), (513, 513)]
+    qkv = randn(sum(s for s, _ in seqs), 3, 8, 128, dtype=bf)
+    out = torch.full((qkv.shape[0], 8, 128), float("nan"), dtype=bf, device=DEV)
+    o, lse = fa4gen.flash_attn_varlen_qkvpacked_func(qkv, cu([s for s, _ in seqs]), 513, causal=True,
+                                                     return_lse=True, out=out, cache=cache)
+    torch.cuda.synchronize()
+    ref, ref_lse = reference_varlen(qkv[:, 0], qkv[:, 1], qkv[:, 2], seqs, True, (-1, -1), 0.0, None)
+    yield verdict("varlen qkvpacked causal", 128, bf, o, ref, lse, ref_lse)
+    q, kv = randn(2, 100, 8, 64, dtype=fp), randn(2, 333, 2, 2, 64, dtype=fp)
+    o, lse = fa4gen.flash_attn_kvpacked_func(q, kv, causal=True, return_lse=True, cache=cache)
+    torch.cuda.synchronize()
+    refs = [reference_one(q[b], kv[b, :, 0], kv[b, :, 1], 1 / 8, True, (-1, -1), 0.0, None) for b in range(2)]
+    yield verdict("kvpacked causal gqa4 q100/k333", 64, fp, o, torch.stack([r[0] for r in refs]), lse,
+                  torch.stack([r[1] for r in refs]))
     yield run_varlen("kvcache extend pages of 1 (32/8, causal)", 128, bf, PREFIX, 32, 8, causal=True, page_size=1,
                      via_kvcache=True, cache=cache)
     yield run_varlen("kvcache extend pages of 16 (64/8, sinks, window 128)", 64, bf, PREFIX, 64, 8, causal=True,
@@ -505,7 +520,7 @@ def error_cases(cache_dir):
     return rows
 
 
-GROUPS = ("features", "layers", "kvcache", "serving", "errors")
+GROUPS = ("features", "layers", "calls", "serving", "errors")
 
 
 def main():
@@ -528,7 +543,7 @@ def main():
         for d in [int(x) for x in args.head_dims.split(",")]:
             for dtype in (torch.bfloat16, torch.float16):
                 rows += list(feature_cases(d, dtype, cache_dir))
-    for name, cases in (("layers", layer_cases), ("kvcache", kvcache_cases), ("serving", serving_cases),
+    for name, cases in (("layers", layer_cases), ("calls", call_cases), ("serving", serving_cases),
                         ("errors", error_cases)):
         if name in groups:
             rows += list(cases(cache_dir))

@@ -249,6 +249,34 @@ class VarlenAndDenseCalls(unittest.TestCase):
         self.assertEqual((fields["causal"], fields["scale"]), (1, 0.5))
         self.assertFalse(split)
 
+    def test_packed_calls_read_their_parts_in_place(self):
+        qkv = torch.empty((2, 300, 3, 8, 64), BF16)
+        packed, _, _ = launch(lambda: fa4gen.flash_attn_qkvpacked_func(qkv, causal=True))
+        views, _, _ = launch(lambda: fa4gen.flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True))
+        self.assertEqual(without_outputs(packed), without_outputs(views))
+        self.assertEqual((packed["q"], packed["k"] - packed["q"], packed["q_row"]), (qkv.data_ptr(), 8 * 64 * 2,
+                                                                                    3 * 8 * 64))
+        q, kv = torch.empty((2, 100, 8, 64), BF16), torch.empty((2, 300, 2, 2, 64), BF16)
+        packed, _, _ = launch(lambda: fa4gen.flash_attn_kvpacked_func(q, kv, return_lse=True))
+        views, _, _ = launch(lambda: fa4gen.flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], return_lse=True))
+        self.assertEqual(without_outputs(packed), without_outputs(views))
+        self.assertEqual((packed["heads_kv"], packed["seqlen_k"], packed["k_row"]), (2, 300, 2 * 2 * 64))
+        cu = torch.empty((4,), I32)
+        qkv = torch.empty((900, 3, 8, 128), BF16)
+        packed, _, _ = launch(lambda: fa4gen.flash_attn_varlen_qkvpacked_func(qkv, cu, 400, causal=True))
+        views, _, _ = launch(lambda: fa4gen.flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu, cu, 400,
+                                                                   400, causal=True))
+        self.assertEqual(without_outputs(packed), without_outputs(views))
+        q, kv, ck = torch.empty((500, 8, 128), BF16), torch.empty((900, 2, 4, 128), BF16), torch.empty((4,), I32)
+        packed, _, _ = launch(lambda: fa4gen.flash_attn_varlen_kvpacked_func(q, kv, cu, ck, 300, 400))
+        views, _, _ = launch(lambda: fa4gen.flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu, ck, 300, 400))
+        self.assertEqual(without_outputs(packed), without_outputs(views))
+        self.assertEqual((packed["cu_seqlens_k"], packed["v_row"]), (ck.data_ptr(), 2 * 4 * 128))
+        with self.assertRaisesRegex(ValueError, "qkv has shape \\(900, 2, 8, 128\\): \\[total, 3, heads"):
+            fa4gen.flash_attn_varlen_qkvpacked_func(torch.empty((900, 2, 8, 128), BF16), cu, 400)
+        with self.assertRaisesRegex(ValueError, "kv has shape \\(2, 300, 8, 64\\)"):
+            fa4gen.flash_attn_kvpacked_func(q, torch.empty((2, 300, 8, 64), BF16))
+
     def test_return_attn_probs_returns_the_lse_as_flashattention_2_does(self):
         # FlashAttention-2 callers ask for the LSE with return_attn_probs=True and take
         # (out, lse, S_dmask), S_dmask being None without dropout.
