@@ -17,6 +17,8 @@ use crate::problem::{attention_flops, Case};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Cell {
     pub head_dim: u32,
+    /// V's head dim: the QK head dim but for layers such as DeepSeek's (192/128).
+    pub head_dim_v: u32,
     pub seqlen: i32,
     pub batch: i32,
     pub heads: i32,
@@ -38,7 +40,11 @@ pub struct Cell {
 impl Cell {
     /// The cell as a self-attention problem: a dense batch, or the same sequences packed.
     pub fn case(&self) -> Case {
-        let name = format!("d{}_s{}", self.head_dim, self.seqlen);
+        let name = format!(
+            "d{}_s{}",
+            crate::space::head_dims_name(self.head_dim, Some(self.head_dim_v)),
+            self.seqlen
+        );
         let case = if self.varlen {
             let seqs = vec![(self.seqlen, self.seqlen); self.batch as usize];
             Case::varlen(&name, &seqs, self.heads, self.heads_kv)
@@ -63,6 +69,7 @@ impl Cell {
     fn grid(head_dim: u32, seqlen: i32, batch: i32, heads: i32, mask: MaskKind) -> Self {
         Cell {
             head_dim,
+            head_dim_v: head_dim,
             seqlen,
             batch,
             heads,
@@ -82,6 +89,9 @@ impl Cell {
 /// - `gpt-oss-20b`: 64 query heads on 8 KV heads, head dim 64, attention sinks; its
 ///   sliding-window layers (window 128) and its full (causal) layers.
 /// - `llama-3-8b`: 32 query heads on 8 KV heads, head dim 128, causal.
+/// - `deepseek-v3`: its prefill's attention as SGLang runs it (MLA's keys expanded, one
+///   GPU's 16 heads of 128 under 8-way tensor parallelism), head dims 192 for Q and K
+///   and 128 for V, causal.
 pub fn model_layers(names: &[String]) -> Result<Vec<Cell>, String> {
     let sinks = fa4_spec::Features {
         sinks: true,
@@ -123,6 +133,18 @@ pub fn model_layers(names: &[String]) -> Result<Vec<Cell>, String> {
             (-1, -1),
             fa4_spec::Features::default(),
         ),
+        Cell {
+            head_dim_v: 128,
+            ..layer(
+                "deepseek-v3",
+                192,
+                16,
+                16,
+                MaskKind::Causal,
+                (-1, -1),
+                fa4_spec::Features::default(),
+            )
+        },
     ];
     let mut out = Vec::new();
     for name in names {
@@ -177,6 +199,9 @@ pub struct Row {
     pub backend: String,
     pub dtype: Dtype,
     pub hdim: u32,
+    /// V's head dim, where it differs from `hdim`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hdim_v: Option<u32>,
     pub seqlen: i32,
     pub batch: i32,
     pub heads: i32,
@@ -347,6 +372,7 @@ pub fn row(
         backend: backend.to_string(),
         dtype: spec.dtype,
         hdim: spec.head_dim,
+        hdim_v: (spec.head_dim_v != spec.head_dim).then_some(spec.head_dim_v),
         seqlen: cell.seqlen,
         batch: cell.batch,
         heads: cell.heads,
@@ -428,6 +454,36 @@ mod tests {
         assert_eq!(json["causal"], 1);
         assert!(!r.commit.is_empty());
         assert_eq!(r.commit, env!("FA4_GEN_COMMIT"));
+        assert!(json.get("hdim_v").is_none(), "{json}");
+    }
+
+    /// DeepSeek-V3's layer: Q and K at 192, V at 128, counted as 2 h s^2 (d + d_v),
+    /// its rows naming V's head dim.
+    #[test]
+    fn the_deepseek_layer_has_its_own_v_head_dim() {
+        let cells = model_layers(&["deepseek".to_string()]).unwrap();
+        let [cell] = cells[..] else {
+            panic!("{cells:?}")
+        };
+        assert_eq!(
+            (cell.head_dim, cell.head_dim_v, cell.heads, cell.heads_kv),
+            (192, 128, 16, 16)
+        );
+        assert!(cell.varlen && cell.mask == MaskKind::Causal);
+        let spec = KernelSpec {
+            head_dim_v: 128,
+            ..KernelSpec::new(fa4_spec::Arch::Sm90, Dtype::Bf16, 192, MaskKind::Causal)
+        };
+        let r = row(&spec, &cell, &[1.0], "k", "c", true, "fa4-gen-hopper");
+        let flops = 2.0 * 4.0 * 16.0 * 4096f64.powi(2) * (192.0 + 128.0) / 2.0;
+        assert!(
+            (r.tflops - flops / 1e-3 / 1e12).abs() < 1e-6,
+            "{}",
+            r.tflops
+        );
+        assert_eq!(serde_json::to_value(&r).unwrap()["hdim_v"], 128);
+        // `all` takes it beside the others.
+        assert_eq!(model_layers(&["all".to_string()]).unwrap().len(), 4);
     }
 }
 

@@ -113,6 +113,7 @@ pub fn bucket_cell(spec: &KernelSpec, bucket: Bucket) -> Cell {
     let heads = (HIDDEN / spec.head_dim as i32).max(1);
     Cell {
         head_dim: spec.head_dim,
+        head_dim_v: spec.head_dim_v,
         seqlen,
         batch: (TOKENS / seqlen).max(1),
         heads,

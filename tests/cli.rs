@@ -33,8 +33,8 @@ fn a_template_alone_lists_the_archs_it_compiles_for() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("hopper")).collect();
-    // 5 head dims x 3 masks, every one on sm90.
-    assert_eq!(rows.len(), 15, "{text}");
+    // 6 head dims (192/128 too) x 3 masks, every one on sm90.
+    assert_eq!(rows.len(), 18, "{text}");
     assert!(
         rows.iter()
             .all(|r| r.split_whitespace().nth(1) == Some("sm90")),
@@ -201,7 +201,7 @@ fn bad_input_gets_one_clear_line() {
     );
     assert_usage_error(
         &["compile", "--arch", "sm90", "--head-dim", "65"],
-        "head dim 65 is not offered for sm90: offered head dims are 64, 96, 128, 192, 256",
+        "head dim 65 is not offered for sm90: offered head dims are 64, 96, 128, 192/128, 192, 256",
     );
     assert_usage_error(
         &["list", "--head-dim", "512"],
@@ -209,7 +209,7 @@ fn bad_input_gets_one_clear_line() {
     );
     assert_usage_error(
         &["list", "--head-dim", "big"],
-        "head dim `big` is not a number",
+        "head dim `big` is not a number or a QK/V pair",
     );
     assert_usage_error(
         &["compile", "--arch", "sm90", "--dtype", "fp8"],

@@ -90,14 +90,14 @@ fn defaults_compile_for_every_arch_and_head_dim() {
             .collect();
         assert_eq!(support.len(), 1, "{arch}");
     }
-    // Portable: 6 archs x 5 head dims x 3 masks; Hopper: sm90 x 5 head dims x 3 masks.
-    assert_eq!(seen, 90 + 15);
+    // Portable: 6 archs x 5 head dims x 3 masks; Hopper: sm90 x 6 head dims x 3 masks.
+    assert_eq!(seen, 90 + 18);
 
     // A second run finds everything in place and compiles nothing.
     let again = fa4_gen(dir.path(), &args[..args.len() - 1]);
     assert!(again.status.success());
     assert!(
-        stdout(&again).contains("105 kernels ready (105 cached)"),
+        stdout(&again).contains("108 kernels ready (108 cached)"),
         "{}",
         stdout(&again)
     );
@@ -128,8 +128,8 @@ fn feature_defaults_compile_on_sm90() {
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     assert_eq!(
         report.kernels.len(),
-        (5 + 5) * 3 * 4,
-        "head dims (portable, Hopper) x masks x feature sets"
+        (5 + 6) * 3 * 4,
+        "head dims (portable, Hopper with 192/128) x masks x feature sets"
     );
     assert!(report
         .kernels

@@ -311,7 +311,7 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
     let note = Template::held_back(&k.spec).map(|t| {
         format!(
             "the {t} template builds this head dim but its kernels have not yet run on a GPU \
-             (bench/d96_check.sh runs them); until they pass, the {} template serves it",
+             (bench/headdim_check.sh runs them); until they pass, the {} template serves it",
             k.template
         )
     });

@@ -125,7 +125,8 @@ pub struct SpecArgs {
     /// GPU architectures: sm80, sm86, sm89, sm90, sm100, sm120.
     #[arg(long, value_delimiter = ',')]
     pub arch: Vec<String>,
-    /// Head dims of Q and K [default: every head dim offered].
+    /// Head dims of Q and K, or QK/V pairs such as 192/128 (a bare 192 takes every V
+    /// head dim offered with it) [default: every head dim offered].
     #[arg(long = "head-dim", value_delimiter = ',')]
     pub head_dim: Vec<String>,
     /// Element types: bf16, fp16 [default: both].
@@ -434,13 +435,19 @@ impl SpecArgs {
             .iter()
             .filter(|v| !v.trim().is_empty())
             .map(|v| {
-                v.trim().parse::<u32>().map_err(|_| {
+                let usage = || {
                     CliError::Usage(format!(
-                        "head dim `{v}` is not a number: pass e.g. --head-dim 64,128"
+                        "head dim `{v}` is not a number or a QK/V pair: pass e.g. \
+                         --head-dim 64,128 or --head-dim 192/128"
                     ))
-                })
+                };
+                let (qk, v) = match v.trim().split_once('/') {
+                    Some((qk, v)) => (qk, Some(v.trim().parse::<u32>().map_err(|_| usage())?)),
+                    None => (v.trim(), None),
+                };
+                Ok((qk.trim().parse::<u32>().map_err(|_| usage())?, v))
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, CliError>>()?;
         Ok(sel)
     }
 
@@ -532,7 +539,7 @@ fn list(a: ListArgs) -> CliResult {
         }
     } else {
         println!(
-            "{:<9} {:<6} {:<5} {:>4} {:<7} {:>5} {:>5}  {:<22} {:>6} {:>5}",
+            "{:<9} {:<6} {:<5} {:>7} {:<7} {:>5} {:>5}  {:<22} {:>6} {:>5}",
             "template",
             "arch",
             "dtype",
@@ -556,11 +563,11 @@ fn list(a: ListArgs) -> CliResult {
                 .as_ref()
                 .expect("default passes the static check");
             println!(
-                "{:<9} {:<6} {:<5} {:>4} {:<7} {:>5} {:>5}  {:<22} {:>5}K {:>5}",
+                "{:<9} {:<6} {:<5} {:>7} {:<7} {:>5} {:>5}  {:<22} {:>5}K {:>5}",
                 t.name(),
                 s.arch.name(),
                 s.dtype.name(),
-                s.head_dim,
+                space::head_dims_name(s.head_dim, Some(s.head_dim_v)),
                 s.mask.name(),
                 plan.len(),
                 kept,
@@ -1313,6 +1320,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             .flat_map(|(cell, fs)| {
                 fs.iter().map(move |&features| KernelSpec {
                     features,
+                    head_dim_v: cell.head_dim_v,
                     ..KernelSpec::new(arch, dtype, cell.head_dim, cell.mask)
                 })
             })
@@ -1331,13 +1339,23 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     // Validate the head dims before touching the GPU.
     let spec_args = SpecArgs {
         arch: Vec::new(),
-        head_dim: cells.iter().map(|(c, _)| c.head_dim.to_string()).collect(),
+        head_dim: cells
+            .iter()
+            .map(|(c, _)| space::head_dims_name(c.head_dim, Some(c.head_dim_v)))
+            .collect(),
         dtype: vec![dtype.name().to_string()],
         mask: Vec::new(),
         features: Vec::new(),
         template: Vec::new(),
     };
-    let _ = spec_args.specs(&Arch::ALL)?;
+    // (a head dim some arch offers: DeepSeek's 192/128 is the Hopper template's alone)
+    if let Some(Err(e)) = Arch::ALL
+        .iter()
+        .map(|&arch| spec_args.specs(&[arch]))
+        .reduce(|a, b| if a.is_err() && b.is_ok() { b } else { a })
+    {
+        return Err(e);
+    }
     let (gpu, arch) = open_gpu(a.device, &[])?;
     let specs = wanted(arch);
     let dir = BuildDir::new(&a.build_dir);
@@ -1395,7 +1413,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         a.hidden
     );
     println!(
-        "{:>4} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9} {:>8}",
+        "{:>7} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9} {:>8}",
         "hdim", "seqlen", "mask", "features", "batch", "heads", "config", "ms", "TFLOP/s"
     );
     let mut rows = Vec::new();
@@ -1412,7 +1430,10 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 .iter()
                 .filter(|(k, _)| {
                     let s = &k.candidate.spec;
-                    s.head_dim == cell.head_dim && s.mask == cell.mask && s.features == feature_set
+                    s.head_dim == cell.head_dim
+                        && s.head_dim_v == cell.head_dim_v
+                        && s.mask == cell.mask
+                        && s.features == feature_set
                 })
                 .filter(|(k, _)| configs.is_some() || k.is_default || winner(k))
                 .collect();
@@ -1501,8 +1522,8 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     );
                     let row = crate::bench::Row { placement, ..row };
                     println!(
-                        "{:>4} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}{}",
-                        row.hdim,
+                        "{:>7} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}{}",
+                        space::head_dims_name(row.hdim, row.hdim_v),
                         row.seqlen,
                         cell.mask.name(),
                         feature_set.name(),

@@ -16,13 +16,19 @@ use super::{twins, Footprint, RejectKind, Rejection};
 
 /// Head dims the template builds. Its tiles hold whole 64-column blocks (the 128-byte
 /// swizzle atom of wgmma's operands), so d96 runs in d128's tiles ([`padded`]).
-pub(super) const HEAD_DIMS: &[(u32, u32)] =
-    &[(64, 64), (96, 96), (128, 128), (192, 192), (256, 256)];
+pub(super) const HEAD_DIMS: &[(u32, u32)] = &[
+    (64, 64),
+    (96, 96),
+    (128, 128),
+    (192, 128),
+    (192, 192),
+    (256, 256),
+];
 
 /// Head dims built but never yet run on a GPU: the shipped cache serves them with the
 /// portable template ([`super::Template::serving`]) until `fa4-gen verify` passes on an
 /// H200 and a tune has timed them.
-pub(super) const UNVERIFIED_HEAD_DIMS: &[(u32, u32)] = &[(96, 96)];
+pub(super) const UNVERIFIED_HEAD_DIMS: &[(u32, u32)] = &[(96, 96), (192, 128)];
 
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
@@ -635,6 +641,9 @@ fn default_tile(spec: &KernelSpec) -> TileConfig {
             (_, true) => &[],
             (..=64, false) => &[(3, 128, 1, 1, 0), (2, 128, 1, 1, 0)],
             (..=128, false) => &[(2, 128, 1, 1, 0), (2, 80, 1, 1, 0)],
+            // A wide QK over 128 V columns (DeepSeek's 192/128): d128's tile, as FA3 takes
+            // 128 x 128 there; the wider Q and K fit beside it (check() prices them).
+            (_, false) if spec.head_dim_v <= 128 => &[(2, 128, 1, 1, 0), (2, 80, 1, 1, 0)],
             _ => &[(2, 80, 1, 1, 0), (2, 64, 1, 1, 0)],
         };
         if let Some(c) = ws
@@ -1291,6 +1300,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// DeepSeek's prefill head dims: Q and K at 192, V and O at 128. d128's tile by
+    /// default; the space prices Q and K at 192 columns and V and O at 128.
+    #[test]
+    fn d192v128_takes_d128s_tile_and_is_not_yet_served() {
+        let spec = |dv| KernelSpec {
+            head_dim_v: dv,
+            ..KernelSpec::new(Arch::Sm90, Dtype::Bf16, 192, MaskKind::Causal)
+        };
+        let (narrow, wide) = (spec(128), spec(192));
+        assert!(super::super::Template::Hopper.supports(&narrow));
+        assert_eq!(
+            super::super::Template::held_back(&narrow),
+            Some(super::super::Template::Hopper)
+        );
+        assert!(!super::super::Template::Portable.supports(&narrow));
+        let default = default_config(&narrow);
+        assert_eq!(
+            (
+                default.block_m,
+                default.block_n,
+                default.switch(PINGPONG, 0)
+            ),
+            (128, 128, 1)
+        );
+        // Every candidate both build with the same buffers (V at 128 leaves persistent
+        // tiles room for a second Q buffer or O slots of their own): V's and O's 64
+        // columns fewer per row cost less shared memory (each K/V stage's V, and O where
+        // it has its own slot) and 32 fewer accumulator registers.
+        let mut both = 0;
+        for c in candidates(&narrow) {
+            let buffers = |s: &KernelSpec| (o_slots(s, &c), q_buffers(s, &c));
+            if buffers(&narrow) != buffers(&wide) {
+                continue;
+            }
+            if let (Ok(a), Ok(b)) = (check(&narrow, &c), check(&wide, &c)) {
+                // At least each stage's V: stages x block_n rows x 64 columns x 2 bytes.
+                assert!(
+                    b.smem_bytes >= a.smem_bytes + c.stages * c.block_n * 64 * 2,
+                    "{c:?}: {} against {}",
+                    a.smem_bytes,
+                    b.smem_bytes
+                );
+                assert_eq!(a.est_registers + 32, b.est_registers, "{c:?}");
+                both += 1;
+            }
+        }
+        assert!(both > 15, "{both}");
+        // 128-key tiles fit only with V at 128.
+        assert!(check(&wide, &default).is_err());
     }
 
     #[test]

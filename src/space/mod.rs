@@ -298,8 +298,9 @@ pub fn default_candidate(template: Template, spec: &KernelSpec) -> Candidate {
 pub struct Selection {
     pub archs: Vec<Arch>,
     pub dtypes: Vec<Dtype>,
-    /// QK head dims; V head dims follow what the templates offer for each.
-    pub head_dims: Vec<u32>,
+    /// QK head dims, each with its V head dim or, without one, every V head dim the
+    /// templates offer with it.
+    pub head_dims: Vec<(u32, Option<u32>)>,
     pub masks: Vec<MaskKind>,
     pub features: Vec<Features>,
     pub templates: Vec<Template>,
@@ -323,6 +324,15 @@ fn twins(
         .collect()
 }
 
+/// How head dims are written on the command line and in messages: `128`, or `192/128`
+/// where V's differs from QK's.
+pub fn head_dims_name(head_dim: u32, head_dim_v: Option<u32>) -> String {
+    match head_dim_v {
+        Some(v) if v != head_dim => format!("{head_dim}/{v}"),
+        _ => head_dim.to_string(),
+    }
+}
+
 /// A selection that names something no template offers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectionError {
@@ -331,7 +341,7 @@ pub enum SelectionError {
          pick one of those with --head-dim"
     )]
     HeadDim {
-        head_dim: u32,
+        head_dim: String,
         arch: Arch,
         offered: String,
     },
@@ -381,20 +391,23 @@ impl Selection {
                     offered: offered.join("; "),
                 });
             }
-            let mut offered: Vec<u32> = templates
+            let mut offered: Vec<(u32, u32)> = templates
                 .iter()
-                .flat_map(|t| t.head_dims().iter().map(|d| d.0))
+                .flat_map(|t| t.head_dims().iter().copied())
                 .collect();
             offered.sort_unstable();
             offered.dedup();
-            for &d in &self.head_dims {
-                if !offered.contains(&d) {
+            let picks = |wanted: &(u32, Option<u32>), pair: &(u32, u32)| {
+                pair.0 == wanted.0 && wanted.1.is_none_or(|v| v == pair.1)
+            };
+            for wanted in &self.head_dims {
+                if !offered.iter().any(|pair| picks(wanted, pair)) {
                     return Err(SelectionError::HeadDim {
-                        head_dim: d,
+                        head_dim: head_dims_name(wanted.0, wanted.1),
                         arch,
                         offered: offered
                             .iter()
-                            .map(u32::to_string)
+                            .map(|&(d, dv)| head_dims_name(d, Some(dv)))
                             .collect::<Vec<_>>()
                             .join(", "),
                     });
@@ -402,7 +415,9 @@ impl Selection {
             }
             for &template in &templates {
                 for &(d, dv) in template.head_dims() {
-                    if !self.head_dims.is_empty() && !self.head_dims.contains(&d) {
+                    if !self.head_dims.is_empty()
+                        && !self.head_dims.iter().any(|w| picks(w, &(d, dv)))
+                    {
                         continue;
                     }
                     for &dtype in &self.dtypes {
@@ -434,8 +449,9 @@ mod tests {
     #[test]
     fn every_spec_has_a_valid_default_and_survivors() {
         let specs = Selection::all(Arch::ALL.to_vec()).specs().unwrap();
-        // Portable: 6 archs x 5 head dims; Hopper: sm90 x 5 head dims; x dtypes x masks.
-        assert_eq!(specs.len(), (6 * 5 + 5) * 2 * 3);
+        // Portable: 6 archs x 5 head dims; Hopper: sm90 x 6 head dims (192/128 too); x
+        // dtypes x masks.
+        assert_eq!(specs.len(), (6 * 5 + 6) * 2 * 3);
         for (template, spec) in specs {
             let plan = plan(template, &spec);
             let defaults: Vec<_> = plan.iter().filter(|p| p.is_default).collect();
@@ -494,16 +510,43 @@ mod tests {
     #[test]
     fn selection_rejects_head_dims_not_offered() {
         let mut sel = Selection::all(vec![Arch::Sm90]);
-        sel.head_dims = vec![128, 65];
+        sel.head_dims = vec![(128, None), (65, None)];
         let err = sel.specs().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "head dim 65 is not offered for sm90: offered head dims are 64, 96, 128, 192, 256; \
-             pick one of those with --head-dim"
+            "head dim 65 is not offered for sm90: offered head dims are 64, 96, 128, 192/128, \
+             192, 256; pick one of those with --head-dim"
         );
-        sel.head_dims = vec![512];
+        // A QK/V pair picks that pair alone; a bare QK head dim every V head dim with it.
+        sel.head_dims = vec![(192, Some(128))];
+        let pairs: std::collections::BTreeSet<_> = sel
+            .specs()
+            .unwrap()
+            .iter()
+            .map(|(t, s)| (*t, s.head_dim, s.head_dim_v))
+            .collect();
+        assert_eq!(
+            pairs.into_iter().collect::<Vec<_>>(),
+            [(Template::Hopper, 192, 128)]
+        );
+        sel.head_dims = vec![(192, None)];
+        assert_eq!(
+            sel.specs()
+                .unwrap()
+                .iter()
+                .filter(|(_, s)| s.head_dim_v == 128)
+                .count(),
+            2 * 3
+        );
+        sel.head_dims = vec![(192, Some(64))];
+        assert!(sel
+            .specs()
+            .unwrap_err()
+            .to_string()
+            .starts_with("head dim 192/64 is not offered"));
+        sel.head_dims = vec![(512, None)];
         assert!(sel.specs().is_err());
-        sel.head_dims = vec![128];
+        sel.head_dims = vec![(128, None)];
         sel.features = Features::ALL.to_vec();
         let specs = sel.specs().unwrap();
         assert_eq!(
@@ -530,9 +573,15 @@ mod tests {
                 assert!(served.insert(*spec, *t).is_none(), "{spec} served twice");
             }
         }
-        // Every spec some template offers is served by exactly one.
+        // Every spec some template offers is served by exactly one, but those only a
+        // held-back template builds (192/128: built, never run on a GPU).
         let offered: std::collections::BTreeSet<_> = specs.iter().map(|(_, s)| *s).collect();
-        assert_eq!(served.len(), offered.len());
+        let unserved: Vec<_> = offered.iter().filter(|s| !served.contains_key(s)).collect();
+        assert!(!unserved.is_empty());
+        for spec in unserved {
+            assert_eq!((spec.head_dim, spec.head_dim_v), (192, 128), "{spec}");
+            assert_eq!(Template::held_back(spec), Some(Template::Hopper), "{spec}");
+        }
         let of = |arch, d, features: &str| {
             let spec = KernelSpec {
                 features: features.parse().unwrap(),
