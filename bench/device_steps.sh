@@ -1,4 +1,4 @@
-# Sourced by the device-call scripts (bench/softcap_tune.sh, bench/d96_check.sh). Here,
+# Sourced by the device-call scripts (bench/softcap_tune.sh, bench/headdim_check.sh). Here,
 # the kit a call carries; there, a call's steps under one time limit, each step's log and
 # exit status under $OUT/r, and what the call leaves for the trip back ($OUT/r.tgz, the
 # tuning database's export).

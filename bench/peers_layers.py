@@ -5,11 +5,14 @@ Each layer is a prefill of 4 prompts of 4096 tokens with grouped KV heads:
   gpt-oss-20b-full   64 query / 8 KV heads, head dim 64, causal (its sinks: no peer here
                      takes them; they cost fa4-gen nothing measurable)
   llama-3-8b         32 query / 8 KV heads, head dim 128, causal
+  deepseek-v3        16 / 16 heads (one GPU's of 128 at 8-way tensor parallelism), head
+                     dims 192 for Q and K and 128 for V, causal (SDPA's flash backend
+                     takes equal head dims only: its row says so)
 The sliding-window layer of gpt-oss (window 128) has no peer among PyTorch's backends.
 Backends: torch SDPA flash (FlashAttention-2) and cuDNN, with enable_gqa where the backend
 takes it, else K/V repeated outside the timed call. FLOPs: FlashAttention's convention
-(4*b*h*s*s*d, halved when causal). Rows: backend, hdim, seqlen, batch, heads, heads_kv,
-causal, layer, ms, tflops.
+(2*b*h*s*s*(d + d_v), halved when causal). Rows: backend, hdim (hdim_v where it
+differs), seqlen, batch, heads, heads_kv, causal, layer, ms, tflops.
 """
 import argparse, json
 import torch
@@ -17,7 +20,8 @@ import torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
 import triton
 
-LAYERS = [("gpt-oss-20b-full", 64, 64, 8), ("llama-3-8b", 128, 32, 8)]
+# (name, QK head dim, V head dim, query heads, KV heads)
+LAYERS = [("gpt-oss-20b-full", 64, 64, 64, 8), ("llama-3-8b", 128, 128, 32, 8), ("deepseek-v3", 192, 128, 16, 16)]
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
@@ -45,17 +49,24 @@ def main():
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seqlen", type=int, default=4096)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--layers", default="all", help="comma-separated name prefixes [all]")
     a = ap.parse_args()
+    wanted = a.layers.split(",")
     print(f"# {torch.cuda.get_device_name()} torch {torch.__version__} cudnn {torch.backends.cudnn.version()}", flush=True)
     rows = []
-    for layer, d, hq, hkv in LAYERS:
+    for layer, d, dv, hq, hkv in LAYERS:
+        if "all" not in wanted and not any(layer.startswith(w) for w in wanted):
+            continue
         torch.manual_seed(0)
         b, s = a.batch, a.seqlen
         q = torch.randn(b, hq, s, d, device="cuda", dtype=torch.bfloat16)
-        k, v = (torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-        flops = 4 * b * hq * s * s * d / 2
+        k = torch.randn(b, hkv, s, d, device="cuda", dtype=torch.bfloat16)
+        v = torch.randn(b, hkv, s, dv, device="cuda", dtype=torch.bfloat16)
+        flops = 2 * b * hq * s * s * (d + dv) / 2
         for backend in BACKENDS:
             row = dict(backend=backend, hdim=d, seqlen=s, batch=b, heads=hq, heads_kv=hkv, causal=1, layer=layer)
+            if dv != d:
+                row["hdim_v"] = dv
             try:
                 fn, how = runner(backend, q, k, v)
                 ms = triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
