@@ -255,6 +255,38 @@ def _unsupported(dropout_p, alibi_slopes):
         raise NotImplementedError("alibi_slopes: fa4-gen's kernels have no ALiBi bias")
 
 
+# Arguments of FlashAttention-3's calls (as sgl_kernel exports them) that change what is
+# computed and that no fa4-gen kernel computes: each is refused by name, never ignored.
+_REFUSED = {
+    "k": "fa4-gen does not append keys to the cache: write them into k_cache first (as SGLang does "
+         "before attention) and count them in cache_seqlens",
+    "v": "fa4-gen does not append values to the cache: write them into v_cache first and count them "
+         "in cache_seqlens",
+    "qv": "fa4-gen's kernels have no second query operand (qv)",
+    "rotary_cos": "fa4-gen's kernels do not apply rotary embeddings: rotate q and k before the call",
+    "rotary_sin": "fa4-gen's kernels do not apply rotary embeddings: rotate q and k before the call",
+    "rotary_seqlens": "fa4-gen's kernels do not apply rotary embeddings",
+    "cache_leftpad": "fa4-gen's kernels read each sequence's keys from its first row: no left padding",
+    "seqused_q": "fa4-gen's kernels take every query cu_seqlens_q gives a sequence: no seqused_q",
+    "q_descale": "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones",
+    "k_descale": "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones",
+    "v_descale": "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones",
+}
+
+
+def _refuse(attention_chunk=0, sm_margin=0, **given):
+    """NotImplementedError naming the first argument given whose work no kernel does."""
+    for name, value in given.items():
+        if value is not None:
+            raise NotImplementedError("%s: %s" % (name, _REFUSED[name]))
+    if attention_chunk:
+        raise NotImplementedError("attention_chunk=%s: fa4-gen's masks are causal and sliding windows, not "
+                                  "chunked attention" % attention_chunk)
+    if sm_margin:
+        raise NotImplementedError("sm_margin=%s: fa4-gen's persistent kernels size their grid to every SM"
+                                  % sm_margin)
+
+
 def _results(out, lse, return_lse, return_attn_probs):
     """What FlashAttention-2 returns: with ``return_attn_probs`` (its way to ask for the
     LSE) ``(out, lse, S_dmask)``, whose S_dmask is None without dropout, as here; with
@@ -432,7 +464,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
                            block_table=None, *, sinks=None, seqused_k=None, return_lse=False, out=None,
-                           cache=None):
+                           cache=None, return_softmax_lse=False, seqused_q=None, qv=None, q_descale=None,
+                           k_descale=None, v_descale=None, attention_chunk=0, num_splits=0, pack_gqa=None,
+                           sm_margin=0, ver=3):
     """FlashAttention's ``flash_attn_varlen_func`` on fa4-gen's kernels.
 
     q: [total_q, heads_q, d]; k, v: [total_k, heads_kv, d(_v)] packed by ``cu_seqlens_k``,
@@ -445,10 +479,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     ``return_lse`` also the f32 LSE [heads_q, total_q] (``return_attn_probs``, as
     FlashAttention-2 without dropout: out, the LSE and None). The call is asynchronous on
     the current stream; cu_seqlens values are not read on the host.
+
+    FlashAttention-3's keywords as sgl_kernel exports them are taken too:
+    ``return_softmax_lse`` (``return_lse``), scheduling hints (``num_splits``,
+    ``pack_gqa``, ``ver``) left to the tuned kernel, and the arguments whose work no
+    kernel does (``seqused_q``, ``qv``, FP8 descales, ``attention_chunk``, ``sm_margin``)
+    refused by name.
     """
     import torch
 
     _unsupported(dropout_p, alibi_slopes)
+    _refuse(seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+            attention_chunk=attention_chunk, sm_margin=sm_margin)
+    return_lse = return_lse or return_softmax_lse
     if block_table is not None and seqused_k is None and cu_seqlens_k is None:
         raise ValueError("a paged call needs the key lengths: seqused_k or cu_seqlens_k")
     if block_table is None and cu_seqlens_k is None:
@@ -460,15 +503,20 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
-                    sinks=None, return_lse=False, out=None, cache=None):
+                    sinks=None, return_lse=False, out=None, cache=None, return_softmax_lse=False, qv=None,
+                    q_descale=None, k_descale=None, v_descale=None, attention_chunk=0, num_splits=0,
+                    pack_gqa=None, sm_margin=0, ver=3):
     """FlashAttention's ``flash_attn_func`` on fa4-gen's kernels: q [batch, seqlen_q,
     heads_q, d], k and v [batch, seqlen_k, heads_kv, d(_v)], any batch/token/head strides
     with the last dim contiguous. Returns out [batch, seqlen_q, heads_q, d_v], and with
-    ``return_lse`` also the f32 LSE [batch, heads_q, seqlen_q] (``return_attn_probs`` as
-    in ``flash_attn_varlen_func``)."""
+    ``return_lse`` also the f32 LSE [batch, heads_q, seqlen_q] (``return_attn_probs`` and
+    FlashAttention-3's keywords as in ``flash_attn_varlen_func``)."""
     import torch
 
     _unsupported(dropout_p, alibi_slopes)
+    _refuse(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+            attention_chunk=attention_chunk, sm_margin=sm_margin)
+    return_lse = return_lse or return_softmax_lse
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v are [batch, seqlen, heads, head_dim]; got q %s, k %s, v %s"
                          % (tuple(q.shape), tuple(k.shape), tuple(v.shape)))
@@ -533,24 +581,6 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                   return_attn_probs, sinks=sinks, return_lse=return_lse, out=out, cache=cache)
 
 
-# flash_attn_with_kvcache's arguments that change what is computed and that no fa4-gen
-# kernel computes: each is refused by name rather than ignored.
-_KVCACHE_REFUSED = (
-    ("k", "fa4-gen does not append keys to the cache: write them into k_cache first (as SGLang does "
-          "before attention) and count them in cache_seqlens"),
-    ("v", "fa4-gen does not append values to the cache: write them into v_cache first and count them "
-          "in cache_seqlens"),
-    ("qv", "fa4-gen's kernels have no second query operand (qv)"),
-    ("rotary_cos", "fa4-gen's kernels do not apply rotary embeddings: rotate q and k before the call"),
-    ("rotary_sin", "fa4-gen's kernels do not apply rotary embeddings: rotate q and k before the call"),
-    ("rotary_seqlens", "fa4-gen's kernels do not apply rotary embeddings"),
-    ("cache_leftpad", "fa4-gen's kernels read each sequence's keys from its first row: no left padding"),
-    ("q_descale", "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones"),
-    ("k_descale", "fa4-gen's kernels take bf16 or fp16 caches, not FP8 ones"),
-    ("v_descale", "fa4-gen's kernels take bf16 or fp16 caches, not FP8 ones"),
-)
-
-
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, page_table=None,
                             cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
@@ -583,16 +613,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     """
     import torch
 
-    given = locals()
-    for name, why in _KVCACHE_REFUSED:
-        if given[name] is not None:
-            raise NotImplementedError("%s: %s" % (name, why))
-    if attention_chunk:
-        raise NotImplementedError("attention_chunk=%s: fa4-gen's masks are causal and sliding windows, not "
-                                  "chunked attention" % attention_chunk)
-    if sm_margin:
-        raise NotImplementedError("sm_margin=%s: fa4-gen's persistent kernels size their grid to every SM"
-                                  % sm_margin)
+    _refuse(k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens,
+            cache_leftpad=cache_leftpad, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+            attention_chunk=attention_chunk, sm_margin=sm_margin)
     if block_table is not None:
         if page_table is not None:
             raise ValueError("page_table and block_table name the same table: pass one of them")

@@ -293,6 +293,31 @@ class VarlenAndDenseCalls(unittest.TestCase):
                                                                     return_lse=True))
         self.assertEqual(len(result), 2)
 
+    def test_flashattention_3_keywords_as_sglang_passes_them(self):
+        # SGLang's DeepSeek prefill over a chunk of cached prefix: Q/K at 192, V at 128,
+        # flash_attn_varlen_func by keyword with return_softmax_lse (then merge_state).
+        q, k = torch.empty((900, 16, 192), BF16), torch.empty((1500, 16, 192), BF16)
+        v = torch.empty((1500, 16, 128), BF16)
+        cq, ck = torch.empty((4,), I32), torch.empty((4,), I32)
+        call = lambda **kw: launch(lambda: fa4gen.flash_attn_varlen_func(  # noqa: E731
+            q=q, k=k, v=v, cu_seqlens_q=cq, cu_seqlens_k=ck, max_seqlen_q=500, max_seqlen_k=900,
+            softmax_scale=0.08, causal=False, **kw))
+        fields, _, (o, lse, *rest) = call(return_softmax_lse=True)
+        self.assertEqual((fields["head_dim"], fields["head_dim_v"], o.shape, lse.shape, rest),
+                         (192, 128, (900, 16, 128), (16, 900), []))
+        for hints in (dict(num_splits=1), dict(pack_gqa=False), dict(ver=3)):
+            self.assertEqual(without_outputs(call(**hints)[0]), without_outputs(fields), hints)
+        for name, value in (("seqused_q", cq), ("qv", q), ("k_descale", lse), ("attention_chunk", 128),
+                            ("sm_margin", 8)):
+            with Launches() as rec, self.assertRaisesRegex(NotImplementedError, "^%s" % name):
+                fa4gen.flash_attn_varlen_func(q, k, v, cq, ck, 500, 900, **{name: value})
+            self.assertEqual(rec.calls, [], name)
+        qd, kd = torch.empty((2, 300, 8, 128), BF16), torch.empty((2, 300, 8, 128), BF16)
+        _, _, (o, lse) = launch(lambda: fa4gen.flash_attn_func(qd, kd, kd, causal=True, return_softmax_lse=True))
+        self.assertEqual(lse.shape, (2, 8, 300))
+        with self.assertRaisesRegex(NotImplementedError, "^q_descale"):
+            fa4gen.flash_attn_func(qd, kd, kd, q_descale=lse)
+
     def test_bad_arguments_are_named_before_any_launch(self):
         q, k, v = (torch.empty((2, 300, 8, 128), BF16) for _ in range(3))
         cq = torch.empty((3,), I32)
