@@ -63,6 +63,18 @@ impl Query {
             ..self
         }
     }
+
+    /// The kernel spec this query is served by.
+    pub fn spec(&self) -> KernelSpec {
+        KernelSpec {
+            arch: self.arch,
+            dtype: self.dtype,
+            head_dim: self.head_dim,
+            head_dim_v: self.head_dim_v,
+            mask: self.mask,
+            features: self.features,
+        }
+    }
 }
 
 /// Why a kernel was chosen.
@@ -264,15 +276,7 @@ impl KernelCache {
 
     /// The kernel that serves `q`.
     pub fn select(&self, q: &Query) -> Result<Selected<'_>, SelectError> {
-        let spec = KernelSpec {
-            arch: q.arch,
-            dtype: q.dtype,
-            head_dim: q.head_dim,
-            head_dim_v: q.head_dim_v,
-            mask: q.mask,
-            features: q.features,
-        };
-        let Some(ix) = self.index.get(&spec) else {
+        let Some(ix) = self.index.get(&q.spec()) else {
             return Err(self.why_not(q));
         };
         let wanted = Bucket::of_call(q.mask, q.window, q.max_seqlen_q).seqlen;
@@ -326,15 +330,7 @@ impl KernelCache {
                 .iter()
                 .map(|&(d, dv)| crate::space::head_dims_name(d, Some(dv)))
                 .collect();
-            let spec = KernelSpec {
-                arch: q.arch,
-                dtype: q.dtype,
-                head_dim: q.head_dim,
-                head_dim_v: q.head_dim_v,
-                mask: q.mask,
-                features: q.features,
-            };
-            if let Some(template) = crate::space::Template::held_back(&spec) {
+            if let Some(template) = crate::space::Template::held_back(&q.spec()) {
                 return SelectError::Unverified {
                     arch: q.arch,
                     head_dim: q.head_dim,
