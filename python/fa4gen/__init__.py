@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 
 __all__ = ["flash_attn_varlen_func", "flash_attn_func", "flash_attn_with_kvcache", "flash_attn_qkvpacked_func",
-           "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "KernelCache", "Fa4genError", "version"]
+           "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "routed", "KernelCache", "Fa4genError", "version"]
 
 OK, ERR_INVALID_ARGUMENT, ERR_CACHE, ERR_UNSUPPORTED, ERR_INTERNAL, ERR_CUDA = range(6)
 _REASONS = {0: "tuned", 1: "nearest tuned bucket", 2: "default", 3: "borrowed"}
@@ -466,7 +466,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            block_table=None, *, sinks=None, seqused_k=None, return_lse=False, out=None,
                            cache=None, return_softmax_lse=False, seqused_q=None, qv=None, q_descale=None,
                            k_descale=None, v_descale=None, attention_chunk=0, num_splits=0, pack_gqa=None,
-                           sm_margin=0, ver=3):
+                           sm_margin=0, scheduler_metadata=None, ver=3):
     """FlashAttention's ``flash_attn_varlen_func`` on fa4-gen's kernels.
 
     q: [total_q, heads_q, d]; k, v: [total_k, heads_kv, d(_v)] packed by ``cu_seqlens_k``,
@@ -482,7 +482,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
 
     FlashAttention-3's keywords as sgl_kernel exports them are taken too:
     ``return_softmax_lse`` (``return_lse``), scheduling hints (``num_splits``,
-    ``pack_gqa``, ``ver``) left to the tuned kernel, and the arguments whose work no
+    ``pack_gqa``, ``scheduler_metadata``, ``ver``) left to the tuned kernel, and the arguments whose work no
     kernel does (``seqused_q``, ``qv``, FP8 descales, ``attention_chunk``, ``sm_margin``)
     refused by name.
     """
@@ -505,7 +505,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                     sinks=None, return_lse=False, out=None, cache=None, return_softmax_lse=False, qv=None,
                     q_descale=None, k_descale=None, v_descale=None, attention_chunk=0, num_splits=0,
-                    pack_gqa=None, sm_margin=0, ver=3):
+                    pack_gqa=None, sm_margin=0, scheduler_metadata=None, ver=3):
     """FlashAttention's ``flash_attn_func`` on fa4-gen's kernels: q [batch, seqlen_q,
     heads_q, d], k and v [batch, seqlen_k, heads_kv, d(_v)], any batch/token/head strides
     with the last dim contiguous. Returns out [batch, seqlen_q, heads_q, d_v], and with
@@ -650,3 +650,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                        keys, causal, window_size, softcap, sinks, softmax_scale, out, cache,
                        names=("page_table" if cache_batch_idx is None else "cache_batch_idx", "cache_seqlens"))
     return (out, lse) if return_softmax_lse else out
+
+
+from .route import routed  # noqa: E402  (it calls the functions above)

@@ -216,6 +216,80 @@ class KvcacheCall(unittest.TestCase):
             fa4gen.flash_attn_with_kvcache(q, small, torch.empty((1, 100, 2, 64), BF16, device="cpu"))
 
 
+def fa3_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, seqused_q=None,
+               seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None, k_descale=None,
+               v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0, num_splits=1, pack_gqa=None,
+               deterministic=False, sm_margin=0, return_softmax_lse=False, sinks=None, ver=3):
+    """FlashAttention-3's flash_attn_varlen_func as sgl_kernel exports it (its signature:
+    the positional order differs from FlashAttention-2's), recording its calls."""
+    fa3_varlen.calls.append(dict(locals()))
+    return "fa3"
+
+
+fa3_varlen.__name__ = "flash_attn_varlen_func"
+
+
+class RoutedCalls(unittest.TestCase):
+    def setUp(self):
+        fa3_varlen.calls = []
+        self.q, self.k = torch.empty((900, 16, 128), BF16), torch.empty((1500, 4, 128), BF16)
+        self.cq, self.ck = torch.empty((4,), I32), torch.empty((4,), I32)
+
+    def test_prefill_goes_to_fa4gen_with_positional_arguments_kept(self):
+        route = fa4gen.routed(fa3_varlen)
+        # softmax_scale is FA3's 10th positional argument (FA2's 9th is softmax_scale too,
+        # but its 8th is dropout_p where FA3's is seqused_q).
+        fields, _, out = launch(lambda: route(self.q, self.k, self.k, self.cq, self.ck, 500, 900, None, None,
+                                              0.05, True))
+        self.assertEqual((fields["scale"], fields["causal"], fields["seqlen_q"]), (0.05, 1, 500))
+        self.assertEqual(out.shape, (900, 16, 128))
+        self.assertEqual((fa3_varlen.calls, route.fallbacks), ([], {}))
+
+    def test_decode_and_refused_work_go_to_the_fallback(self):
+        route = fa4gen.routed(fa3_varlen)
+        with Launches() as rec:
+            self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, max_seqlen_q=1, max_seqlen_k=900), "fa3")
+            self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, 500, 900, k_descale=self.cq), "fa3")
+            self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, 500, 900, seqused_q=self.cq), "fa3")
+        self.assertEqual(rec.calls, [])
+        self.assertEqual(route.fallbacks, {"fewer than 64 queries a sequence": 1, "k_descale": 1, "seqused_q": 1})
+        self.assertEqual(fa3_varlen.calls[1]["k_descale"], self.cq)
+        # The threshold is the caller's.
+        fields, _, _ = launch(lambda: fa4gen.routed(fa3_varlen, min_queries=1)(
+            self.q, self.k, self.k, self.cq, self.ck, max_seqlen_q=1, max_seqlen_k=900))
+        self.assertEqual(fields["seqlen_q"], 1)
+
+    def test_a_problem_no_cubin_serves_goes_to_the_fallback_other_errors_are_raised(self):
+        route = fa4gen.routed(fa3_varlen)
+
+        def refuse(code):
+            def launch_(*a, **kw):
+                raise fa4gen.Fa4genError(code, "head dim 192 (V 128) on sm90: ...")
+            return launch_
+
+        saved = fa4gen._launch
+        try:
+            fa4gen._launch = refuse(fa4gen.ERR_UNSUPPORTED)
+            self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, 500, 900), "fa3")
+            self.assertEqual(list(route.fallbacks), ["unsupported: head dim 192 (V 128) on sm90: ..."])
+            fa4gen._launch = refuse(fa4gen.ERR_CUDA)
+            with self.assertRaises(fa4gen.Fa4genError):
+                route(self.q, self.k, self.k, self.cq, self.ck, 500, 900)
+        finally:
+            fa4gen._launch = saved
+        # A bad shape is the caller's error, whichever kernel would run.
+        with self.assertRaisesRegex(ValueError, "head dim is 128 and k's 64"):
+            route(self.q, torch.empty((1500, 4, 64), BF16), self.k, self.cq, self.ck, 500, 900)
+
+    def test_a_call_routed_needs_a_name_or_ours(self):
+        with self.assertRaisesRegex(ValueError, "name the fa4-gen call"):
+            fa4gen.routed(lambda q: q)
+        route = fa4gen.routed(lambda q, k, v, **kw: "fa3", ours=fa4gen.flash_attn_func)
+        q = torch.empty((2, 300, 8, 64), BF16)
+        fields, _, _ = launch(lambda: route(q, q, q, causal=True))
+        self.assertEqual(fields["causal"], 1)
+
+
 class VarlenAndDenseCalls(unittest.TestCase):
     def test_varlen_strides_come_from_the_tensors(self):
         qkv = torch.empty((1200, 3, 8, 64), BF16)  # one packed [tokens, 3, heads, d] buffer
