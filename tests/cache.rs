@@ -20,19 +20,6 @@ fn export() -> Vec<fa4_gen::db::Record> {
     parse_export(&path, &std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
-/// The folder of `libfa4_gen.so`: `cargo test` builds the library as an rlib only, so
-/// the cdylib is built beside it (a no-op once built).
-fn cdylib_dir() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(cargo)
-        .args(["build", "--lib", "--quiet"])
-        .current_dir(repo())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    repo().join("target/debug")
-}
-
 fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -298,7 +285,7 @@ fn a_c_caller_selects_through_the_header_and_library() {
         eprintln!("skipped: no C compiler (cc) on this machine");
         return;
     }
-    let lib_dir = cdylib_dir();
+    let lib_dir = crate::common::cdylib_dir();
     let out = tempfile::tempdir().unwrap();
     let exe = out.path().join("select");
     let cc = std::process::Command::new("cc")
@@ -416,7 +403,7 @@ fn python_selects_through_the_c_abi() {
         eprintln!("skipped: no python3 on this machine");
         return;
     }
-    let lib_dir = cdylib_dir();
+    let lib_dir = crate::common::cdylib_dir();
     let script = r#"
 import sys
 sys.path.insert(0, "python")

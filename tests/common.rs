@@ -37,3 +37,17 @@ pub fn nvrtc() -> fa4_gen::compile::Nvrtc {
         panic!("these tests compile kernels and need NVRTC ({e}); the README's test command installs it")
     })
 }
+
+/// The folder of `libfa4_gen.so`: `cargo test` builds the library as an rlib only, so
+/// the cdylib is built beside it (a no-op once built).
+pub fn cdylib_dir() -> std::path::PathBuf {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--lib", "--quiet"])
+        .current_dir(repo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    repo.join("target/debug")
+}

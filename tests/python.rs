@@ -23,3 +23,136 @@ fn python_calls_pack_and_refuse_on_the_host() {
     assert!(report.contains("\nOK"), "{report}");
     assert!(!report.contains("skipped"), "{report}");
 }
+
+/// The wheel `scripts/build_wheel.py` makes installs with pip alone and serves from what
+/// it carries: the module finds its bundled library and kernel cache with no repository,
+/// no FA4GEN_* variable and no CUDA. The cache is cut down to one spec whose kernel is
+/// compiled here (the committed cache's cubins are built by `fa4-gen build-cache`).
+#[test]
+fn a_wheel_carries_its_library_and_cache() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: no python3 on this machine");
+        return;
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path();
+    // The spec's one kernel, compiled, and a manifest of that spec alone.
+    crate::common::fa4_gen_ok(
+        tmp,
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--template",
+            "hopper",
+            "--dtype",
+            "bf16",
+            "--head-dim",
+            "128",
+            "--mask",
+            "causal",
+            "--features",
+            "paged",
+            "--default-only",
+            "--out",
+            "build",
+            "-q",
+        ],
+    );
+    let cut = r#"
+import json, shutil, sys
+from pathlib import Path
+repo, tmp = Path(sys.argv[1]), Path(sys.argv[2])
+m = json.load(open(repo / "generated/manifest.json"))
+tag = "sm90_bf16_d128_causal_paged"
+entry = m["archs"]["sm90"]["specs"][tag]
+assert not entry.get("tuned"), entry
+m["archs"] = {"sm90": dict(m["archs"]["sm90"], specs={tag: entry})}
+m["kernels"] = {entry["default"]: m["kernels"][entry["default"]]}
+k = m["kernels"][entry["default"]]
+(tmp / "cache/sm90").mkdir(parents=True)
+shutil.copyfile(tmp / "build/cubin" / k["cubin"], tmp / "cache" / k["cubin"])
+# The hash the runtime checks before loading (FNV-1a 64) is this build's: a cubin's line
+# table names the folder it was compiled in.
+h = 0xcbf29ce484222325
+for b in (tmp / "cache" / k["cubin"]).read_bytes():
+    h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+k["cubin_hash"] = "%016x" % h
+(tmp / "cache/manifest.json").write_text(json.dumps(m))
+print(entry["default"])
+"#;
+    let run = |cmd: &mut Command| {
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let kernel = run(Command::new("python3")
+        .args(["-c", cut])
+        .arg(&repo)
+        .arg(tmp));
+    let lib = crate::common::cdylib_dir().join("libfa4_gen.so");
+    run(Command::new("python3")
+        .arg(repo.join("scripts/build_wheel.py"))
+        .args(["--arch", "sm90", "--cache"])
+        .arg(tmp.join("cache"))
+        .arg("--lib")
+        .arg(&lib)
+        .arg("--out")
+        .arg(tmp.join("dist")));
+    let wheel = std::fs::read_dir(tmp.join("dist"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .expect("a wheel");
+    run(Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--target",
+        ])
+        .arg(tmp.join("site"))
+        .arg(&wheel));
+    let use_it = r#"
+import json, os
+import fa4gen
+here = os.path.dirname(fa4gen.__file__)
+assert here.startswith(os.environ["PYTHONPATH"]), here  # the wheel's, not the repository's
+assert fa4gen._default_cache_dir() == os.path.join(here, "cache"), fa4gen._default_cache_dir()
+# The cubin arrived as the manifest describes it.
+for k in json.load(open(os.path.join(here, "cache/manifest.json")))["kernels"].values():
+    h = 0xcbf29ce484222325
+    for b in open(os.path.join(here, "cache", k["cubin"]), "rb").read():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    assert "%016x" % h == k["cubin_hash"], k
+with fa4gen.KernelCache() as c:
+    s = c.select(head_dim=128, max_seqlen_q=4096, causal=True, paged=True)
+    print(s["kernel"], s["reason"])
+    try:
+        c.select(head_dim=128, max_seqlen_q=4096, causal=True)
+    except fa4gen.Fa4genError as e:
+        print("error", e)
+"#;
+    let mut python = Command::new("python3");
+    python
+        .args(["-c", use_it])
+        .current_dir(tmp)
+        .env("PYTHONPATH", tmp.join("site"))
+        .env_remove("FA4GEN_LIB")
+        .env_remove("FA4GEN_CACHE");
+    let text = run(&mut python);
+    assert!(text.contains(&format!("{kernel} default")), "{text}");
+    assert!(
+        text.contains("error bf16 causal mask with features none is not in this cache"),
+        "{text}"
+    );
+}

@@ -1,9 +1,10 @@
 """fa4-gen's runtime from Python: FlashAttention's prefill calls on fa4-gen's kernels.
 
 ctypes over the C ABI (``include/fa4gen.h``, ``libfa4_gen.so``); nothing to build.
-The library is found through ``FA4GEN_LIB`` (the file), beside this package, or in
-the repository's ``target/release`` and ``target/debug``; the kernel cache through
-``FA4GEN_CACHE`` or the repository's ``generated/`` (its cubins are built by
+The library is found through ``FA4GEN_LIB`` (the file), beside this package (as the
+wheel of ``scripts/build_wheel.py`` installs it), or in the repository's
+``target/release`` and ``target/debug``; the kernel cache through ``FA4GEN_CACHE``, the
+wheel's ``cache/``, or the repository's ``generated/`` (its cubins are built by
 ``fa4-gen build-cache``).
 
     import fa4gen
@@ -118,11 +119,15 @@ def version():
 
 
 def _default_cache_dir():
-    return os.environ.get("FA4GEN_CACHE") or str(_HERE.parents[1] / "generated")
+    """FA4GEN_CACHE, else the cache an installed wheel carries, else the repository's."""
+    bundled = _HERE / "cache"
+    if os.environ.get("FA4GEN_CACHE"):
+        return os.environ["FA4GEN_CACHE"]
+    return str(bundled if (bundled / "manifest.json").is_file() else _HERE.parents[1] / "generated")
 
 
 class KernelCache:
-    """An open kernel cache (``FA4GEN_CACHE`` or the repository's ``generated/``).
+    """An open kernel cache (``FA4GEN_CACHE``, the wheel's, or the repository's ``generated/``).
 
     A cache launches on the device whose context is current at its first launch; use
     one per device (``flash_attn_varlen_func`` keeps one per device for you)."""
