@@ -207,6 +207,63 @@ fn spilling_configs_are_rejected_with_the_reason() {
 
 /// A template that does not compile: the error names the rendered file and carries
 /// NVRTC's log; nothing is reported as built.
+/// A cubin is the same bytes whatever folder it is compiled in or written to (its line
+/// table would otherwise name both), so a cache built in any checkout matches the
+/// committed manifest's hashes.
+#[test]
+fn cubins_do_not_depend_on_the_folder() {
+    if !compile::nvrtc::folder_independent() {
+        eprintln!("skipped: this sandbox refuses unshare(CLONE_FS), so cubins name their folder");
+        return;
+    }
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let out_b = b.path().join("elsewhere/out");
+    let args = |out: &str| {
+        [
+            "compile",
+            "--arch",
+            "sm90",
+            "--template",
+            "hopper",
+            "--dtype",
+            "bf16",
+            "--head-dim",
+            "64",
+            "--mask",
+            "none",
+            "--default-only",
+            "-q",
+            "--out",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain([out.to_string()])
+        .collect::<Vec<_>>()
+    };
+    for (cwd, out) in [
+        (a.path(), "build".to_string()),
+        (b.path(), out_b.display().to_string()),
+    ] {
+        let argv = args(&out);
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let o = fa4_gen(cwd, &argv);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let cubins = |root: std::path::PathBuf| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(root.join("cubin/sm90"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                (name, std::fs::read(&p).unwrap())
+            })
+            .collect()
+    };
+    let (one, two) = (cubins(a.path().join("build")), cubins(out_b));
+    assert_eq!(one.len(), 2, "the kernel and verify's support kernel");
+    assert!(one == two, "cubins differ between folders");
+}
+
 #[test]
 fn compile_errors_name_the_file_and_show_the_log() {
     let dir = tempfile::tempdir().unwrap();

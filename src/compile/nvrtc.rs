@@ -220,8 +220,38 @@ impl Nvrtc {
     }
 
     /// Compiles one translation unit to a cubin. `headers` are (include name, text)
-    /// pairs NVRTC resolves `#include "name"` against; `options` are NVRTC flags.
+    /// pairs NVRTC resolves `#include "name"` against; `options` are NVRTC flags; `name`
+    /// is the source's path, named in failures.
+    ///
+    /// The same inputs give the same cubin in any folder: `-lineinfo` writes the working
+    /// directory and the program's path into the line table, so NVRTC compiles on a
+    /// thread of its own whose working directory is `/` (Linux's per-thread `unshare`),
+    /// with the file name alone as the program's. Where `unshare` is refused (some
+    /// sandboxes) it compiles in place, and the cubin names that folder.
     pub fn compile(
+        &self,
+        name: &str,
+        source: &str,
+        headers: &[(&str, &str)],
+        options: &[String],
+    ) -> Result<Result<CompileOutput, CompileFailure>, NvrtcError> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // SAFETY: CLONE_FS gives this thread (and only it) its own working
+                    // directory, so the chdir leaves the rest of the process where it was.
+                    if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
+                        // SAFETY: a NUL-terminated path.
+                        unsafe { libc::chdir(c"/".as_ptr()) };
+                    }
+                    self.compile_here(name, source, headers, options)
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    fn compile_here(
         &self,
         name: &str,
         source: &str,
@@ -230,7 +260,10 @@ impl Nvrtc {
     ) -> Result<Result<CompileOutput, CompileFailure>, NvrtcError> {
         let c = |s: &str| CString::new(s).expect("no NUL in sources or options");
         let src = c(source);
-        let cname = c(name);
+        let file_name = std::path::Path::new(name)
+            .file_name()
+            .map_or(name.into(), |f| f.to_string_lossy());
+        let cname = c(&file_name);
         let header_texts: Vec<CString> = headers.iter().map(|h| c(h.1)).collect();
         let header_names: Vec<CString> = headers.iter().map(|h| c(h.0)).collect();
         let text_ptrs: Vec<*const c_char> = header_texts.iter().map(|s| s.as_ptr()).collect();
@@ -292,6 +325,15 @@ impl Nvrtc {
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
     }
+}
+
+/// Whether this process can compile on a thread with a working directory of its own,
+/// which makes cubins independent of the folder ([`Nvrtc::compile`]).
+pub fn folder_independent() -> bool {
+    // SAFETY: unshare(CLONE_FS) on a fresh thread that exits at once.
+    std::thread::spawn(|| unsafe { libc::unshare(libc::CLONE_FS) } == 0)
+        .join()
+        .unwrap_or(false)
 }
 
 struct ProgramGuard<'a> {
