@@ -11,8 +11,8 @@
 #
 # prepare: the head dim's Hopper defaults of every mask and feature set, and every
 # candidate of the unmasked and causal bf16/fp16 specs, compiled into a build folder; that
-# folder, the binary, the library, the committed export and the peers' scripts
-# (../shared/bench) go to .device.
+# folder, the binary, the library, the committed export, the committed cache's kernels the
+# Python calls' cases use and the peers' scripts (../shared/bench) go to .device.
 # run: first, while it is there, `python -m fa4gen.check --cases calls` (the Python entry
 # points through the committed cache); then `verify` of the defaults (every mask,
 # none/sinks/softcap/sinks+softcap/paged, both dtypes) and of every bf16 candidate
@@ -29,6 +29,10 @@ case $NAME in
     *) echo "unknown head dim $NAME: d96 or d192v128" >&2; exit 2 ;;
 esac
 HD=(--arch sm90 --template hopper --head-dim "$DIMS")
+# The committed cache's specs that `fa4gen.check --cases calls` calls (its cubins are not
+# in git: the kit carries these, cut out of a local `fa4-gen build-cache`).
+CALLS=sm90_bf16_d128_causal,sm90_fp16_d64_causal,sm90_bf16_d128_none,sm90_bf16_d128_causal_paged
+CALLS+=,sm90_bf16_d64_local_sinks_paged,sm90_fp16_d256_causal_softcap_paged
 TUNED=("${HD[@]}" --dtype bf16,fp16 --mask none,causal --features none)
 
 prepare() {
@@ -41,6 +45,10 @@ prepare() {
     source bench/device_steps.sh
     pack_kit "$NAME" "$W/build"
     xz -T0 -6 -c target/release/libfa4_gen.so > .device/libfa4_gen.so.xz
+    [ -f "generated/$(python3 -c 'import json; m = json.load(open("generated/manifest.json")); print(next(iter(m["kernels"].values()))["cubin"])')" ] \
+        || "$B" build-cache -q
+    python3 bench/cache_subset.py generated/manifest.json generated "$W/calls-cache" "$CALLS"
+    tar cf - -C "$W" calls-cache | xz -T0 -6 > .device/calls-cache.tar.xz
     cp ../shared/bench/peers.py ../shared/bench/compare.py .device/
     rm -rf "$W"
     echo "carry .device and run: bash bench/headdim_check.sh run $NAME"
@@ -50,7 +58,9 @@ run() {
     source bench/device_steps.sh
     unpack_kit "$NAME"
     xz -dc .device/libfa4_gen.so.xz > python/fa4gen/libfa4_gen.so
-    PYTHONPATH=$PWD/python step calls 30 python3 -m fa4gen.check --cases calls --json "$R/calls.json"
+    tar xJf .device/calls-cache.tar.xz -C /tmp
+    PYTHONPATH=$PWD/python step calls 30 python3 -m fa4gen.check --cases calls --cache /tmp/calls-cache \
+        --json "$R/calls.json"
     local V=("$B" verify "${HD[@]}" --build-dir /tmp/build -q)
     step verify-defaults 60 "${V[@]}" --mask none,causal,local \
         --features none,sinks,softcap,sinks+softcap,paged --json "$R/verify-defaults.json"
