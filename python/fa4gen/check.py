@@ -334,6 +334,15 @@ def call_cases(cache):
                             causal=True, cache=cache)
     yield run_kvcache_dense("kvcache cache_batch_idx causal", 128, bf, 3, 50, 900, [900, 333, 51], 16, 2,
                             causal=True, batch_idx=True, cache=cache)
+    # DeepSeek's prefill (Q/K 192, V 128), where the cache serves it (held back until its
+    # kernels have passed `fa4-gen verify`): packed, causal, a cached prefix.
+    try:
+        fa4gen.KernelCache(cache).select(head_dim=192, head_dim_v=128, max_seqlen_q=2048, causal=True)
+    except fa4gen.Fa4genError as e:
+        print("skip d192v128: %s" % e, flush=True)
+    else:
+        yield run_varlen("deepseek 192/128 prefix causal", 192, bf, PREFIX, 16, 16, causal=True, dv=128,
+                         cache=cache)
 
 
 def serving_cases(cache):
