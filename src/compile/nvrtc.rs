@@ -238,12 +238,7 @@ impl Nvrtc {
         std::thread::scope(|scope| {
             scope
                 .spawn(|| {
-                    // SAFETY: CLONE_FS gives this thread (and only it) its own working
-                    // directory, so the chdir leaves the rest of the process where it was.
-                    if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
-                        // SAFETY: a NUL-terminated path.
-                        unsafe { libc::chdir(c"/".as_ptr()) };
-                    }
+                    own_working_directory();
                     self.compile_here(name, source, headers, options)
                 })
                 .join()
@@ -327,11 +322,24 @@ impl Nvrtc {
     }
 }
 
+/// Gives the calling thread a working directory of its own, `/`, where Linux allows it
+/// (`unshare(CLONE_FS)`; the rest of the process keeps its own); whether it did.
+#[cfg(target_os = "linux")]
+fn own_working_directory() -> bool {
+    // SAFETY: CLONE_FS gives this thread alone its own filesystem context, so the chdir
+    // leaves the rest of the process where it was; a NUL-terminated path.
+    unsafe { libc::unshare(libc::CLONE_FS) == 0 && libc::chdir(c"/".as_ptr()) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn own_working_directory() -> bool {
+    false
+}
+
 /// Whether this process can compile on a thread with a working directory of its own,
 /// which makes cubins independent of the folder ([`Nvrtc::compile`]).
 pub fn folder_independent() -> bool {
-    // SAFETY: unshare(CLONE_FS) on a fresh thread that exits at once.
-    std::thread::spawn(|| unsafe { libc::unshare(libc::CLONE_FS) } == 0)
+    std::thread::spawn(own_working_directory)
         .join()
         .unwrap_or(false)
 }
