@@ -395,12 +395,7 @@ fn many_processes_read_the_cache_while_it_and_the_tuning_data_are_written() {
 /// The Python module (ctypes over the C ABI) picks kernels and raises named errors.
 #[test]
 fn python_selects_through_the_c_abi() {
-    if std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: no python3 on this machine");
+    if !crate::common::has_python3() {
         return;
     }
     let lib_dir = crate::common::cdylib_dir();

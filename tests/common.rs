@@ -51,3 +51,45 @@ pub fn cdylib_dir() -> std::path::PathBuf {
     assert!(status.success());
     repo.join("target/debug")
 }
+
+/// False, saying the test is skipped, where this machine has no python3.
+pub fn has_python3() -> bool {
+    let found = Command::new("python3").arg("--version").output().is_ok();
+    if !found {
+        eprintln!("skipped: no python3 on this machine");
+    }
+    found
+}
+
+/// Compiles one spec's default kernel (sm90, bf16) into `out` (relative to `cwd`).
+pub fn compile_default(
+    cwd: &Path,
+    out: &str,
+    template: &str,
+    head_dim: &str,
+    mask: &str,
+    features: &str,
+) {
+    fa4_gen_ok(
+        cwd,
+        &[
+            "compile",
+            "--arch",
+            "sm90",
+            "--template",
+            template,
+            "--dtype",
+            "bf16",
+            "--head-dim",
+            head_dim,
+            "--mask",
+            mask,
+            "--features",
+            features,
+            "--default-only",
+            "--out",
+            out,
+            "-q",
+        ],
+    );
+}

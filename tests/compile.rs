@@ -218,37 +218,15 @@ fn cubins_do_not_depend_on_the_folder() {
     }
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let out_b = b.path().join("elsewhere/out");
-    let args = |out: &str| {
-        [
-            "compile",
-            "--arch",
-            "sm90",
-            "--template",
-            "hopper",
-            "--dtype",
-            "bf16",
-            "--head-dim",
-            "64",
-            "--mask",
-            "none",
-            "--default-only",
-            "-q",
-            "--out",
-        ]
-        .into_iter()
-        .map(String::from)
-        .chain([out.to_string()])
-        .collect::<Vec<_>>()
-    };
-    for (cwd, out) in [
-        (a.path(), "build".to_string()),
-        (b.path(), out_b.display().to_string()),
-    ] {
-        let argv = args(&out);
-        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let o = fa4_gen(cwd, &argv);
-        assert!(o.status.success(), "{}", stderr(&o));
-    }
+    crate::common::compile_default(a.path(), "build", "hopper", "64", "none", "none");
+    crate::common::compile_default(
+        b.path(),
+        &out_b.display().to_string(),
+        "hopper",
+        "64",
+        "none",
+        "none",
+    );
     let cubins = |root: std::path::PathBuf| -> BTreeMap<String, Vec<u8>> {
         std::fs::read_dir(root.join("cubin/sm90"))
             .unwrap()

@@ -7,8 +7,7 @@ use std::process::Command;
 
 #[test]
 fn python_calls_pack_and_refuse_on_the_host() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: no python3 on this machine");
+    if !crate::common::has_python3() {
         return;
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -30,36 +29,14 @@ fn python_calls_pack_and_refuse_on_the_host() {
 /// compiled here (the committed cache's cubins are built by `fa4-gen build-cache`).
 #[test]
 fn a_wheel_carries_its_library_and_cache() {
-    if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("skipped: no python3 on this machine");
+    if !crate::common::has_python3() {
         return;
     }
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path();
     // The spec's one kernel, compiled, and a manifest of that spec alone.
-    crate::common::fa4_gen_ok(
-        tmp,
-        &[
-            "compile",
-            "--arch",
-            "sm90",
-            "--template",
-            "hopper",
-            "--dtype",
-            "bf16",
-            "--head-dim",
-            "128",
-            "--mask",
-            "causal",
-            "--features",
-            "paged",
-            "--default-only",
-            "--out",
-            "build",
-            "-q",
-        ],
-    );
+    crate::common::compile_default(tmp, "build", "hopper", "128", "causal", "paged");
     let cut = r#"
 import json, shutil, sys
 from pathlib import Path
