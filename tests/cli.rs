@@ -212,6 +212,24 @@ fn bad_input_gets_one_clear_line() {
         "head dim `big` is not a number or a QK/V pair",
     );
     assert_usage_error(
+        &["list", "--head-dim", "192/64"],
+        "head dim 192/64 is not offered for sm80",
+    );
+    // A pair the Hopper template builds but no cache serves yet says so, by either spelling.
+    let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/generated");
+    for dims in [
+        &["--head-dim", "192/128"][..],
+        &["--head-dim", "192", "--head-dim-v", "128"],
+    ] {
+        let mut args = vec!["explain", "--cache", cache, "--seqlen", "4096"];
+        args.extend_from_slice(dims);
+        assert_usage_error(
+            &args,
+            "head dim 192 (V 128) on sm90: the hopper template builds it, but its kernels have \
+             not yet passed `fa4-gen verify` on a GPU",
+        );
+    }
+    assert_usage_error(
         &["compile", "--arch", "sm90", "--dtype", "fp8"],
         "unknown dtype `fp8`: expected one of bf16, fp16",
     );

@@ -50,9 +50,10 @@ pub struct ExplainArgs {
     pub arch: String,
     #[arg(long, default_value = "bf16")]
     pub dtype: String,
+    /// Q/K head dim, or a QK/V pair such as 192/128.
     #[arg(long = "head-dim")]
-    pub head_dim: u32,
-    /// V head dim [default: the Q/K head dim].
+    pub head_dim: String,
+    /// V head dim [default: the pair's, else the Q/K head dim].
     #[arg(long = "head-dim-v")]
     pub head_dim_v: Option<u32>,
     /// The longest query sequence of the batch (max_seqlen_q).
@@ -246,12 +247,22 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
     let dtype: Dtype = a.dtype.parse().map_err(usage)?;
     let mask: MaskKind = a.mask.parse().map_err(usage)?;
     let features: Features = a.features.parse().map_err(usage)?;
+    let (head_dim, pair_v) = super::head_dims_arg(&a.head_dim)?;
+    let head_dim_v = match (pair_v, a.head_dim_v) {
+        (Some(p), Some(v)) if p != v => {
+            return Err(CliError::Usage(format!(
+                "--head-dim {} and --head-dim-v {v} name two V head dims: pass one",
+                a.head_dim
+            )))
+        }
+        (p, v) => p.or(v).unwrap_or(head_dim),
+    };
     let cache = KernelCache::open(&a.cache)?;
     let q = Query {
         arch,
         dtype,
-        head_dim: a.head_dim,
-        head_dim_v: a.head_dim_v.unwrap_or(a.head_dim),
+        head_dim,
+        head_dim_v,
         mask,
         features,
         max_seqlen_q: a.seqlen,

@@ -434,19 +434,7 @@ impl SpecArgs {
             .head_dim
             .iter()
             .filter(|v| !v.trim().is_empty())
-            .map(|v| {
-                let usage = || {
-                    CliError::Usage(format!(
-                        "head dim `{v}` is not a number or a QK/V pair: pass e.g. \
-                         --head-dim 64,128 or --head-dim 192/128"
-                    ))
-                };
-                let (qk, v) = match v.trim().split_once('/') {
-                    Some((qk, v)) => (qk, Some(v.trim().parse::<u32>().map_err(|_| usage())?)),
-                    None => (v.trim(), None),
-                };
-                Ok((qk.trim().parse::<u32>().map_err(|_| usage())?, v))
-            })
+            .map(|v| head_dims_arg(v))
             .collect::<Result<_, CliError>>()?;
         Ok(sel)
     }
@@ -581,6 +569,21 @@ fn list(a: ListArgs) -> CliResult {
         println!("{note}");
     }
     Ok(())
+}
+
+/// A `--head-dim` value: `128`, or a QK/V pair `192/128`.
+fn head_dims_arg(v: &str) -> Result<(u32, Option<u32>), CliError> {
+    let usage = || {
+        CliError::Usage(format!(
+            "head dim `{v}` is not a number or a QK/V pair: pass e.g. --head-dim 64,128 or \
+             --head-dim 192/128"
+        ))
+    };
+    let (qk, dv) = match v.trim().split_once('/') {
+        Some((qk, dv)) => (qk, Some(dv.trim().parse::<u32>().map_err(|_| usage())?)),
+        None => (v.trim(), None),
+    };
+    Ok((qk.trim().parse::<u32>().map_err(|_| usage())?, dv))
 }
 
 // ---- render --------------------------------------------------------------------------------
