@@ -5,6 +5,7 @@
 #
 #   bench/headdim_check.sh prepare d96        # here (about 8 minutes on 2 cores): .device/d96*
 #   bash bench/headdim_check.sh run d96       # on the GPU host, carrying .device; results in $OUT
+#   bash bench/headdim_check.sh verify d96,d192v128   # the checks alone, of both, in one call
 #
 #   d96        Phi-3's head dim, in d128's tiles (V and O padded to 128 columns)
 #   d192v128   DeepSeek-V3's prefill: Q and K at 192, V and O at 128
@@ -22,13 +23,16 @@
 # deepseek-v3`; the new export.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NAME=${2:?usage: bench/headdim_check.sh prepare|run d96|d192v128}
-case $NAME in
-    d96) DIMS=96 ;;
-    d192v128) DIMS=192/128 ;;
-    *) echo "unknown head dim $NAME: d96 or d192v128" >&2; exit 2 ;;
-esac
-HD=(--arch sm90 --template hopper --head-dim "$DIMS")
+NAME=${2:?usage: bench/headdim_check.sh prepare|run|verify d96|d192v128 (verify: both, comma-separated)}
+dims_of() {
+    case $1 in
+        d96) echo 96 ;;
+        d192v128) echo 192/128 ;;
+        *) echo "unknown head dim $1: d96 or d192v128" >&2; exit 2 ;;
+    esac
+}
+for n in ${NAME//,/ }; do dims_of "$n" > /dev/null; done
+HD=(--arch sm90 --template hopper --head-dim "$(dims_of "${NAME%%,*}")")
 # The committed cache's specs that `fa4gen.check --cases calls` calls (its cubins are not
 # in git: the kit carries these, cut out of a local `fa4-gen build-cache`).
 CALLS=sm90_bf16_d128_causal,sm90_fp16_d64_causal,sm90_bf16_d128_none,sm90_bf16_d128_causal_paged
@@ -54,17 +58,41 @@ prepare() {
     echo "carry .device and run: bash bench/headdim_check.sh run $NAME"
 }
 
-run() {
-    source bench/device_steps.sh
-    unpack_kit "$NAME"
+# The Python calls' GPU cases, through the committed cache's kernels the kit carries.
+check_calls() {
     xz -dc .device/libfa4_gen.so.xz > python/fa4gen/libfa4_gen.so
     tar xJf .device/calls-cache.tar.xz -C /tmp
     PYTHONPATH=$PWD/python step calls 30 python3 -m fa4gen.check --cases calls --cache /tmp/calls-cache \
         --json "$R/calls.json"
-    local V=("$B" verify "${HD[@]}" --build-dir /tmp/build -q)
-    step verify-defaults 60 "${V[@]}" --mask none,causal,local \
-        --features none,sinks,softcap,sinks+softcap,paged --json "$R/verify-defaults.json"
-    step verify-all 90 "${V[@]}" --dtype bf16 --mask none,causal --all-configs --json "$R/verify-all.json"
+}
+
+# verify of a head dim's defaults (every mask and feature set) and of every bf16
+# unmasked/causal candidate, from the build in $2; step names end in $1.
+verify_dims() {
+    local V=("$B" verify --arch sm90 --template hopper --head-dim "$(dims_of "$1")" --build-dir "$2" -q)
+    step "verify-defaults$3" 60 "${V[@]}" --mask none,causal,local \
+        --features none,sinks,softcap,sinks+softcap,paged --json "$R/verify-defaults$3.json"
+    step "verify-all$3" 90 "${V[@]}" --dtype bf16 --mask none,causal --all-configs --json "$R/verify-all$3.json"
+}
+
+# Only the checks, of several head dims in one call (when machines are scarce): the
+# Python calls, then each head dim's verify steps.
+verify() {
+    source bench/device_steps.sh
+    unpack_kit "${NAME%%,*}"
+    check_calls
+    for n in ${NAME//,/ }; do
+        mkdir -p "/tmp/kit-$n"
+        tar xJf ".device/$n-build.tar.xz" -C "/tmp/kit-$n"
+        verify_dims "$n" "/tmp/kit-$n/build" "-$n"
+    done
+}
+
+run() {
+    source bench/device_steps.sh
+    unpack_kit "$NAME"
+    check_calls
+    verify_dims "$NAME" /tmp/build ""
     step tune 150 "$B" tune "${TUNED[@]}" --db /tmp/db.sled --build-dir /tmp/build --json \
         --budget $(($(left) - 130))s
     if [ "$NAME" = d96 ]; then
@@ -82,4 +110,4 @@ run() {
     fi
 }
 
-"${1:?usage: bench/headdim_check.sh prepare|run d96|d192v128}"
+"${1:?usage: bench/headdim_check.sh prepare|run|verify d96|d192v128}"
