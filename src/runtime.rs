@@ -137,14 +137,6 @@ pub enum SelectError {
         head_dim_v: u32,
         offered: String,
     },
-    #[error("head dim {head_dim} (V {head_dim_v}) on {arch}: the {template} template builds it, but its kernels have not yet passed `fa4-gen verify` on a GPU, so no shipped cache serves it (offered head dims are {offered})")]
-    Unverified {
-        arch: Arch,
-        head_dim: u32,
-        head_dim_v: u32,
-        template: &'static str,
-        offered: String,
-    },
     #[error("{what} is not in this cache for {arch} d{head_dim}; build it with `fa4-gen build-cache --features all`")]
     Variant {
         arch: Arch,
@@ -330,15 +322,6 @@ impl KernelCache {
                 .iter()
                 .map(|&(d, dv)| crate::space::head_dims_name(d, Some(dv)))
                 .collect();
-            if let Some(template) = crate::space::Template::held_back(&q.spec()) {
-                return SelectError::Unverified {
-                    arch: q.arch,
-                    head_dim: q.head_dim,
-                    head_dim_v: q.head_dim_v,
-                    template: template.name(),
-                    offered: offered.join(", "),
-                };
-            }
             return SelectError::HeadDim {
                 arch: q.arch,
                 head_dim: q.head_dim,
@@ -656,27 +639,6 @@ pub(crate) mod tests {
         assert!(
             e.to_string().contains(
                 "head dim 80 (V 80) is not offered on sm90: offered head dims are 64, 128"
-            ),
-            "{e}"
-        );
-        // A head dim a template builds but no cache serves yet says which and why.
-        let e = cache
-            .select(&Query {
-                head_dim: 192,
-                head_dim_v: 128,
-                ..query(64, 512)
-            })
-            .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                SelectError::Unverified {
-                    template: "hopper",
-                    ..
-                }
-            ) && e.to_string().contains(
-                "head dim 192 (V 128) on sm90: the hopper template builds it, but its \
-                     kernels have not yet passed `fa4-gen verify` on a GPU"
             ),
             "{e}"
         );

@@ -215,20 +215,6 @@ fn bad_input_gets_one_clear_line() {
         &["list", "--head-dim", "192/64"],
         "head dim 192/64 is not offered for sm80",
     );
-    // A pair the Hopper template builds but no cache serves yet says so, by either spelling.
-    let cache = concat!(env!("CARGO_MANIFEST_DIR"), "/generated");
-    for dims in [
-        &["--head-dim", "192/128"][..],
-        &["--head-dim", "192", "--head-dim-v", "128"],
-    ] {
-        let mut args = vec!["explain", "--cache", cache, "--seqlen", "4096"];
-        args.extend_from_slice(dims);
-        assert_usage_error(
-            &args,
-            "head dim 192 (V 128) on sm90: the hopper template builds it, but its kernels have \
-             not yet passed `fa4-gen verify` on a GPU",
-        );
-    }
     assert_usage_error(
         &["compile", "--arch", "sm90", "--dtype", "fp8"],
         "unknown dtype `fp8`: expected one of bf16, fp16",
@@ -876,6 +862,7 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
         ],
         &["--head-dim", "96", "--seqlen", "2048"],
         &["--head-dim", "96", "--seqlen", "200"],
+        &["--head-dim", "192/128", "--seqlen", "4096"],
     ] {
         let mut all = vec!["explain", "--cache", cache];
         all.extend_from_slice(args);
@@ -944,6 +931,14 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
         // Paged K/V are gathered row by row: never by TMA.
         if args.contains(&"paged") {
             assert!(!schedule.contains("TMA"), "{text}");
+        }
+        // DeepSeek's pair is the Hopper template's, tuned on the H200.
+        if args.contains(&"192/128") {
+            assert!(
+                line("kernel").starts_with("hopper_sm90_bf16_d192v128_causal_")
+                    && line("why").starts_with("tuned on NVIDIA H200"),
+                "{text}"
+            );
         }
         // A head dim the Hopper template builds but the portable one serves says so.
         let held_back = line("kernel").starts_with("portable_");
