@@ -1,6 +1,6 @@
 #!/bin/bash
-# The first GPU run of a head dim the Hopper template builds but no cache serves yet
-# (space/hopper.rs's UNVERIFIED_HEAD_DIMS), prepared here without a GPU and run in one
+# The first GPU run of a head dim the Hopper template builds but the shipped cache does not
+# serve from it yet (space/hopper.rs's HELD_BACK_HEAD_DIMS), prepared here without a GPU and run in one
 # device call:
 #
 #   bench/headdim_check.sh prepare d96        # here (about 8 minutes on 2 cores): .device/d96*

@@ -321,9 +321,9 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
     let k = s.kernel;
     let note = Template::held_back(&k.spec).map(|t| {
         format!(
-            "the {t} template builds this head dim but its kernels have not yet run on a GPU \
-             (bench/headdim_check.sh runs them); until they pass, the {} template serves it",
-            k.template
+            "the {t} template builds this head dim but the {} template serves it until the \
+             {t} kernels are tuned and timed ahead (bench/headdim_check.sh run)",
+            k.template,
         )
     });
     if a.json {

@@ -1352,12 +1352,12 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         template: Vec::new(),
     };
     // (a head dim some arch offers: DeepSeek's 192/128 is the Hopper template's alone)
-    if let Some(Err(e)) = Arch::ALL
+    let checked: Vec<_> = Arch::ALL
         .iter()
         .map(|&arch| spec_args.specs(&[arch]))
-        .reduce(|a, b| if a.is_err() && b.is_ok() { b } else { a })
-    {
-        return Err(e);
+        .collect();
+    if !checked.iter().any(Result::is_ok) {
+        checked.into_iter().next().expect("some arch")?;
     }
     let (gpu, arch) = open_gpu(a.device, &[])?;
     let specs = wanted(arch);

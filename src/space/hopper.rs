@@ -25,10 +25,11 @@ pub(super) const HEAD_DIMS: &[(u32, u32)] = &[
     (256, 256),
 ];
 
-/// Head dims built but never yet run on a GPU: the shipped cache serves them with the
-/// portable template ([`super::Template::serving`]) until `fa4-gen verify` passes on an
-/// H200 and a tune has timed them.
-pub(super) const UNVERIFIED_HEAD_DIMS: &[(u32, u32)] = &[(96, 96)];
+/// Head dims the template builds but does not serve yet: the shipped cache keeps them on
+/// the portable template ([`super::Template::serving`]) until `fa4-gen verify` has passed
+/// on an H200 and a tune has timed the Hopper kernels ahead (d96: checks passed, tune and
+/// timing to come; `bench/headdim_check.sh run d96`).
+pub(super) const HELD_BACK_HEAD_DIMS: &[(u32, u32)] = &[(96, 96)];
 
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a

@@ -80,14 +80,14 @@ impl Template {
     }
 
     /// The one template that serves `spec` in the shipped cache: the Hopper template
-    /// wherever it offers the spec and its kernels have run on a GPU (not yet d96, which
-    /// it builds in d128's tiles). Its defaults ran 1.03 to 1.68x the portable ones on
+    /// wherever it offers the spec and is not held back there (d96, which it builds in
+    /// d128's tiles, until its tune and timing). Its defaults ran 1.03 to 1.68x the portable ones on
     /// every timed cell of the FA3 grid, varlen, d192, windows, sinks, softcap and
     /// pages (`bench/results/2026-11-30-h200-*-hopper-*`). Tuning keys are per
     /// template, so the tuner picks configs within the serving template.
     pub fn serving(spec: &KernelSpec) -> Template {
         if Template::Hopper.supports(spec)
-            && !hopper::UNVERIFIED_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
+            && !hopper::HELD_BACK_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
         {
             Template::Hopper
         } else {
@@ -95,8 +95,8 @@ impl Template {
         }
     }
 
-    /// The template that builds `spec` but does not serve it yet, its kernels never having
-    /// run on a GPU (d96 on the Hopper template): what `explain` names beside the choice.
+    /// The template that builds `spec` but does not serve it yet (d96 on the Hopper
+    /// template): what `explain` names beside the choice.
     pub fn held_back(spec: &KernelSpec) -> Option<Template> {
         (Template::Hopper.supports(spec) && Template::serving(spec) != Template::Hopper)
             .then_some(Template::Hopper)
