@@ -14,8 +14,8 @@ use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::resources;
 use crate::compile::Nvrtc;
+use crate::compile::{code, resources};
 use crate::db::Record;
 use crate::fsutil::{write_atomic, WriteError};
 use crate::render::{RenderError, Renderer, KERNEL_ENTRY};
@@ -41,6 +41,11 @@ pub struct KernelEntry {
     pub cubin: String,
     /// FNV-1a 64 of the cubin, hex: a cubin that does not match is never loaded.
     pub cubin_hash: String,
+    /// The kernel's machine-code identity (`compile::code::code_hash`): equal across
+    /// template edits that leave its instructions and resources alone, while its id and
+    /// cubin hash change with any edit.
+    #[serde(default)]
+    pub code_hash: String,
     pub registers: u32,
 }
 
@@ -368,6 +373,7 @@ pub fn build(
                         footprint: *footprint,
                         cubin: cubin_rel,
                         cubin_hash: format!("{:016x}", fnv1a64(&output.cubin)),
+                        code_hash: code::code_hash(&output.cubin, &res).unwrap_or_default(),
                         registers: res.registers,
                     },
                 ))
@@ -415,6 +421,41 @@ pub fn build(
         (serde_json::to_string_pretty(&manifest).expect("manifest serialises") + "\n").as_bytes(),
     )?;
     Ok(Built { manifest, dropped })
+}
+
+/// How a rebuilt cache's machine code compares with the manifest it replaces, kernel by
+/// kernel of the same template, spec and config: what a template edit changed.
+#[derive(Debug, Default, PartialEq)]
+pub struct CodeChanges {
+    /// Kernels of both manifests with the same code hash.
+    pub unchanged: usize,
+    /// Kernels of both whose machine code differs: (old id, new id).
+    pub changed: Vec<(String, String)>,
+    /// Kernels new to the cache, or whose old entry has no code hash.
+    pub new: usize,
+}
+
+pub fn code_changes(old: &Manifest, new: &Manifest) -> CodeChanges {
+    let old_code: BTreeMap<(Template, &KernelSpec, &TileConfig), (&str, &str)> = old
+        .kernels
+        .iter()
+        .filter(|(_, k)| !k.code_hash.is_empty())
+        .map(|(id, k)| {
+            (
+                (k.template, &k.spec, &k.config),
+                (id.as_str(), k.code_hash.as_str()),
+            )
+        })
+        .collect();
+    let mut out = CodeChanges::default();
+    for (id, k) in &new.kernels {
+        match old_code.get(&(k.template, &k.spec, &k.config)) {
+            Some((_, code)) if *code == k.code_hash => out.unchanged += 1,
+            Some((old_id, _)) => out.changed.push((old_id.to_string(), id.clone())),
+            None => out.new += 1,
+        }
+    }
+    out
 }
 
 /// Per arch, what serves each spec: the kernel ids of the default and of the tuned (or

@@ -361,6 +361,7 @@ pub(crate) mod tests {
             footprint,
             cubin: "sm90/x.cubin".into(),
             cubin_hash: "0".into(),
+            code_hash: String::new(),
             registers: 200,
         }
     }

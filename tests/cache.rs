@@ -55,6 +55,21 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
     assert!(m1.dropped.is_empty());
     let (m1, m2) = (m1.manifest, m2.manifest);
     assert_eq!(m1, m2);
+    // Each kernel's machine code is named, and a rebuild finds it unchanged; a kernel
+    // whose code moved is named by its old and new id.
+    assert!(m1.kernels.values().all(|k| k.code_hash.len() == 16));
+    let same = cache::code_changes(&m1, &m2);
+    assert_eq!(
+        (same.unchanged, same.changed.len(), same.new),
+        (m1.kernels.len(), 0, 0)
+    );
+    let mut moved = m1.clone();
+    let (first, entry) = moved.kernels.iter_mut().next().unwrap();
+    entry.code_hash = "0000000000000000".into();
+    let first = first.clone();
+    let c = cache::code_changes(&moved, &m2);
+    assert_eq!(c.changed, vec![(first.clone(), first)]);
+    assert_eq!(c.unchanged, m1.kernels.len() - 1);
     let (fa, fb) = (files(a.path()), files(b.path()));
     assert_eq!(fa.keys().collect::<Vec<_>>(), fb.keys().collect::<Vec<_>>());
     assert!(fa == fb, "the two builds differ");

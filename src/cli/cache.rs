@@ -132,6 +132,11 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
     } else {
         cache::Untuned::Default
     };
+    // The manifest this build replaces, to say which kernels' machine code moved.
+    let previous: Option<cache::Manifest> =
+        std::fs::read_to_string(a.out.join(cache::MANIFEST_FILE))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok());
     let built =
         pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, untuned, &hash, &a.out))?;
     // Said even when quiet: those buckets serve the nearest borrowed choice or the default.
@@ -169,6 +174,20 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
             a.out.display(),
             started.elapsed().as_secs_f64(),
         );
+    }
+    if let Some(previous) = &previous {
+        // Said even when quiet: a template edit that moved machine code needs its kernels
+        // checked and timed again on a GPU.
+        let c = cache::code_changes(previous, &manifest);
+        println!(
+            "machine code against the manifest replaced: {} kernels unchanged, {} changed, {} new",
+            c.unchanged,
+            c.changed.len(),
+            c.new
+        );
+        for (old, new) in &c.changed {
+            println!("  changed: {new} (was {old})");
+        }
     }
     Ok(())
 }
