@@ -42,7 +42,7 @@ impl Cell {
     pub fn case(&self) -> Case {
         let name = format!(
             "d{}_s{}",
-            crate::space::head_dims_name(self.head_dim, Some(self.head_dim_v)),
+            fa4_spec::head_dims_name(self.head_dim, Some(self.head_dim_v)),
             self.seqlen
         );
         let case = if self.varlen {

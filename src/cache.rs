@@ -12,76 +12,17 @@ use std::path::{Path, PathBuf};
 
 use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig};
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use crate::compile::Nvrtc;
 use crate::compile::{code, resources};
 use crate::db::Record;
 use crate::fsutil::{write_atomic, WriteError};
-use crate::render::{RenderError, Renderer, KERNEL_ENTRY};
-use crate::space::{self, Candidate, Footprint, Template};
-
-/// The manifest's format. 2: causal Hopper kernels take their tiles from a grid in
-/// sections (`Footprint::section_key_bytes`), which a runtime reading format 1 would
-/// launch as `m-blocks x heads x batch` and get wrong tiles from. 3: causal portable
-/// kernels read their m-block from the grid's y (`Footprint::causal_m_blocks_in_y`),
-/// which a runtime reading format 2 would not know and launch wrongly.
-pub const MANIFEST_FORMAT: &str = "fa4-gen kernel cache 3";
-pub const MANIFEST_FILE: &str = "manifest.json";
-
-/// One kernel in the cache: how to launch it and where its cubin is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KernelEntry {
-    pub template: Template,
-    pub spec: KernelSpec,
-    pub config: TileConfig,
-    /// Launch parameters: threads, rows per block, dynamic shared memory, pack-GQA.
-    pub footprint: Footprint,
-    /// Relative to the cache folder.
-    pub cubin: String,
-    /// FNV-1a 64 of the cubin, hex: a cubin that does not match is never loaded.
-    pub cubin_hash: String,
-    /// The kernel's machine-code identity (`compile::code::code_hash`): equal across
-    /// template edits that leave its instructions and resources alone, while its id and
-    /// cubin hash change with any edit.
-    #[serde(default)]
-    pub code_hash: String,
-    pub registers: u32,
-}
-
-/// What serves one spec: the default, and the tuned choice per bucket where tuned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpecEntry {
-    pub default: String,
-    /// Bucket upper bound (seqlen) -> kernel id, ascending.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub tuned: BTreeMap<u32, String>,
-    /// Set where the spec has no tuned record of its own: `tuned` then holds the tuned
-    /// choices of this related spec (its tag), built for this one ([`donor`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub borrowed_from: Option<String>,
-}
-
-/// The kernels of one arch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArchEntry {
-    /// The GPU the tuned choices were measured on; none: every spec serves its default.
-    pub tuned_on: Option<String>,
-    /// Spec tag -> what serves it.
-    pub specs: BTreeMap<String, SpecEntry>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub format: String,
-    pub fa4_gen_version: String,
-    pub nvrtc: String,
-    /// FNV-1a 64 of the tuning-db export the cache was built from.
-    pub tuning_db_hash: String,
-    pub archs: BTreeMap<Arch, ArchEntry>,
-    /// Kernel id -> kernel.
-    pub kernels: BTreeMap<String, KernelEntry>,
-}
+use crate::render::{RenderError, Renderer};
+use crate::space::{self, Candidate, Footprint, Template, TemplateSpace};
+use fa4_spec::manifest::{
+    ArchEntry, KernelEntry, Manifest, SpecEntry, MANIFEST_FILE, MANIFEST_FORMAT,
+};
+use fa4_spec::KERNEL_ENTRY;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CacheBuildError {

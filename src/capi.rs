@@ -400,7 +400,7 @@ pub unsafe extern "C" fn fa4gen_preload(cache: *const Fa4genCache, loaded: *mut 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::MANIFEST_FILE;
+    use fa4_spec::manifest::MANIFEST_FILE;
 
     fn message() -> String {
         // SAFETY: fa4gen_last_error returns a NUL-terminated thread-local string.
@@ -435,7 +435,7 @@ mod tests {
         .unwrap();
         assert_eq!((q.mask, q.window), (MaskKind::Local, (1000, 0)));
         assert_eq!(
-            crate::db::Bucket::of_call(q.mask, q.window, q.max_seqlen_q).seqlen,
+            fa4_spec::Bucket::of_call(q.mask, q.window, q.max_seqlen_q).seqlen,
             1024,
             "a window of 1000 keys is served by the width-1024 bucket"
         );

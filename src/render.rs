@@ -10,11 +10,8 @@ use std::collections::BTreeMap;
 use fa4_spec::{Arch, Fnv1a64};
 use serde::{Deserialize, Serialize};
 
-use crate::space::{Candidate, Footprint, Template};
+use crate::space::{Candidate, Footprint, Template, TemplateSpace};
 use crate::templates::{TemplateError, TemplateSet};
-
-/// Entry-point name of every rendered kernel (one kernel per cubin).
-pub const KERNEL_ENTRY: &str = "fa4_fwd";
 
 /// NVRTC flags for an arch. They are part of a kernel's identity: its id hashes them,
 /// so a changed flag can never reuse an old cubin.

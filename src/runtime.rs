@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind};
 
-use crate::cache::{KernelEntry, Manifest, MANIFEST_FILE, MANIFEST_FORMAT};
-use crate::db::Bucket;
+use fa4_spec::manifest::{KernelEntry, Manifest, MANIFEST_FILE, MANIFEST_FORMAT};
+use fa4_spec::Bucket;
 
 pub use prefill::{cubin_sm, mask_of, PrefillArgs, PrefillError, Runtime};
 
@@ -320,7 +320,7 @@ impl KernelCache {
             offered.dedup();
             let offered: Vec<String> = offered
                 .iter()
-                .map(|&(d, dv)| crate::space::head_dims_name(d, Some(dv)))
+                .map(|&(d, dv)| fa4_spec::head_dims_name(d, Some(dv)))
                 .collect();
             return SelectError::HeadDim {
                 arch: q.arch,
@@ -345,8 +345,8 @@ impl KernelCache {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cache::{ArchEntry, SpecEntry};
-    use crate::space::{self, Template};
+    use crate::space::{self, Template, TemplateSpace};
+    use fa4_spec::manifest::{ArchEntry, SpecEntry};
 
     fn spec(head_dim: u32, mask: MaskKind) -> KernelSpec {
         KernelSpec::new(Arch::Sm90, Dtype::Bf16, head_dim, mask)

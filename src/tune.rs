@@ -22,11 +22,12 @@ use fa4_spec::{Features, KernelSpec, MaskKind, TileConfig};
 
 use crate::bench::{self, Cell, L2Flush};
 use crate::compile::BuiltKernel;
-use crate::db::{Bucket, Candidate, DbError, Device, Outcome, Record, TimingPolicy, TuningDb};
+use crate::db::{Candidate, DbError, Device, Outcome, Record, TimingPolicy, TuningDb};
 use crate::gpu::{FwdKernel, Gpu, GpuError};
 use crate::problem::{attention_flops, Case, Problem};
 use crate::space::Template;
 use crate::verify::{self, Support};
+use fa4_spec::Bucket;
 
 /// The problem timed for a bucket: the FlashAttention-3 paper's shapes (16384 tokens,
 /// hidden 2048), so `batch = tokens / seqlen` and `heads = hidden / head_dim`.

@@ -4,11 +4,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use fa4_gen::cache::{self, Manifest, MANIFEST_FILE};
+use fa4_gen::cache;
 use fa4_gen::db::parse_export;
 use fa4_gen::render::Renderer;
 use fa4_gen::runtime::{KernelCache, Query, Reason};
-use fa4_gen::space::Template;
+use fa4_gen::space::{Template, TemplateSpace};
+use fa4_gen::spec::manifest::{Manifest, MANIFEST_FILE};
 use fa4_gen::spec::{Arch, Dtype, Features, KernelSpec, MaskKind};
 
 fn repo() -> PathBuf {
@@ -99,7 +100,7 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
             window: (-1, -1),
         };
         let s = cache.select(&q).unwrap();
-        let bucket = fa4_gen::db::Bucket::of(seqlen).seqlen;
+        let bucket = fa4_gen::spec::Bucket::of(seqlen).seqlen;
         assert_eq!(s.reason, Reason::Tuned { bucket });
         assert_eq!(s.kernel.config, key(bucket), "seqlen {seqlen}");
         let cubin = std::fs::read(a.path().join(&s.kernel.cubin)).unwrap();

@@ -386,7 +386,8 @@ fn render_writes_sources_that_name_themselves() {
 /// One hand-made record: the portable template's d64 causal key at 4096 tokens, one
 /// candidate timed at 1.25 ms as `kernel`, whose machine code is `code_hash`.
 fn hand_record(kernel: &str, code_hash: &str) -> fa4_gen::db::Record {
-    use fa4_gen::db::{Bucket, Candidate, Device, Outcome, Record, TimingPolicy};
+    use fa4_gen::db::{Candidate, Device, Outcome, Record, TimingPolicy};
+    use fa4_gen::spec::Bucket;
     use fa4_gen::spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
     Record {
         template: fa4_gen::space::Template::Portable,
@@ -530,7 +531,7 @@ fn db_stamps_code_hashes_from_a_build() {
     // Two records timed before code hashes were kept: one of the built kernel, one of a
     // kernel the build does not have.
     let mut other = hand_record("portable_elsewhere", "");
-    other.bucket = fa4_gen::db::Bucket::of(8192);
+    other.bucket = fa4_gen::spec::Bucket::of(8192);
     let export = dir.path().join("in.json");
     std::fs::write(&export, export_json(&[hand_record(id, ""), other])).unwrap();
     let db = dir.path().join("db");
@@ -591,7 +592,7 @@ fn db_carries_records_whose_machine_code_a_build_repeats() {
     // kernel's config: one of the same machine code, one of other code.
     let stale = |kernel: &str, code_hash: &str, seqlen: u32| {
         let mut r = hand_record(kernel, code_hash);
-        r.bucket = fa4_gen::db::Bucket::of(seqlen);
+        r.bucket = fa4_gen::spec::Bucket::of(seqlen);
         r.candidates[0].config = config.clone();
         r
     };

@@ -11,7 +11,7 @@ use crate::cache;
 use crate::db::{parse_export, Record, MIN_GAIN, MIN_GAIN_SCREENED};
 use crate::render::Renderer;
 use crate::runtime::{KernelCache, Query, Reason};
-use crate::space::{switches, Footprint, Template};
+use crate::space::{switches, Footprint};
 
 #[derive(Debug, Args)]
 pub struct BuildCacheArgs {
@@ -133,8 +133,8 @@ pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
         cache::Untuned::Default
     };
     // The manifest this build replaces, to say which kernels' machine code moved.
-    let previous: Option<cache::Manifest> =
-        std::fs::read_to_string(a.out.join(cache::MANIFEST_FILE))
+    let previous: Option<fa4_spec::manifest::Manifest> =
+        std::fs::read_to_string(a.out.join(fa4_spec::manifest::MANIFEST_FILE))
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok());
     let built =
@@ -338,7 +338,7 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         }
     };
     let k = s.kernel;
-    let note = Template::held_back(&k.spec).map(|t| {
+    let note = crate::space::held_back_template(&k.spec).map(|t| {
         format!(
             "the {t} template builds this head dim but the {} template serves it until the \
              {t} kernels are tuned and timed ahead (bench/headdim_check.sh run)",

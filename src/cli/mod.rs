@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::compile::{self, BuildDir, BuildSummary, BuiltKernel, Nvrtc, Outcome, Reporter};
 use crate::gpu::{FwdKernel, Gpu};
 use crate::render::Renderer;
-use crate::space::{self, Candidate, Planned, RejectKind, Selection, Template};
+use crate::space::{self, Candidate, Planned, RejectKind, Selection, Template, TemplateSpace};
 use crate::verify;
 
 mod cache;
@@ -555,7 +555,7 @@ fn list(a: ListArgs) -> CliResult {
                 t.name(),
                 s.arch.name(),
                 s.dtype.name(),
-                space::head_dims_name(s.head_dim, Some(s.head_dim_v)),
+                fa4_spec::head_dims_name(s.head_dim, Some(s.head_dim_v)),
                 s.mask.name(),
                 plan.len(),
                 kept,
@@ -1344,7 +1344,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         arch: Vec::new(),
         head_dim: cells
             .iter()
-            .map(|(c, _)| space::head_dims_name(c.head_dim, Some(c.head_dim_v)))
+            .map(|(c, _)| fa4_spec::head_dims_name(c.head_dim, Some(c.head_dim_v)))
             .collect(),
         dtype: vec![dtype.name().to_string()],
         mask: Vec::new(),
@@ -1423,8 +1423,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     for (cell, features) in cells {
         for feature_set in features {
             let bucket =
-                crate::db::Bucket::of_call(cell.mask, cell.window, cell.seqlen.max(1) as u32)
-                    .seqlen;
+                fa4_spec::Bucket::of_call(cell.mask, cell.window, cell.seqlen.max(1) as u32).seqlen;
             let winner = |k: &BuiltKernel| {
                 tuned.get(&(k.candidate.template, k.candidate.spec, bucket))
                     == Some(&k.candidate.config)
@@ -1526,7 +1525,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     let row = crate::bench::Row { placement, ..row };
                     println!(
                         "{:>7} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}{}",
-                        space::head_dims_name(row.hdim, row.hdim_v),
+                        fa4_spec::head_dims_name(row.hdim, row.hdim_v),
                         row.seqlen,
                         cell.mask.name(),
                         feature_set.name(),

@@ -27,8 +27,9 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{ensure_writable_dir, write_atomic, write_if_changed, WriteError};
-use crate::render::{KernelId, RenderError, Renderer, KERNEL_ENTRY};
+use crate::render::{KernelId, RenderError, Renderer};
 use crate::space::{Candidate, Footprint, Planned, RejectKind, Rejection};
+use fa4_spec::KERNEL_ENTRY;
 pub use nvrtc::{CompileFailure, Nvrtc, NvrtcError};
 pub use resources::Resources;
 

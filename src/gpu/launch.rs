@@ -9,8 +9,8 @@ use cudarc::driver::{
 use fa4_spec::{FwdParams, KernelSpec, MaskKind};
 
 use super::{driver, Gpu, GpuError, TmaFwdParams};
-use crate::render::KERNEL_ENTRY;
 use crate::space::Footprint;
+use fa4_spec::KERNEL_ENTRY;
 
 /// A problem the kernels cannot take, found on the host before any launch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

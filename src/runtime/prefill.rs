@@ -363,7 +363,7 @@ impl Runtime {
         })?;
         let mut func: CUfunction = std::ptr::null_mut();
         let entry_name = c"fa4_fwd";
-        debug_assert_eq!(entry_name.to_str(), Ok(crate::render::KERNEL_ENTRY));
+        debug_assert_eq!(entry_name.to_str(), Ok(fa4_spec::KERNEL_ENTRY));
         let loaded = (|| {
             // SAFETY: a live module and a NUL-terminated name.
             cuda("cuModuleGetFunction", unsafe {
@@ -632,7 +632,7 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
-            dir.path().join(crate::cache::MANIFEST_FILE),
+            dir.path().join(fa4_spec::manifest::MANIFEST_FILE),
             serde_json::to_string(&super::super::tests::manifest()).unwrap(),
         )
         .unwrap();

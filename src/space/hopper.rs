@@ -26,7 +26,7 @@ pub(super) const HEAD_DIMS: &[(u32, u32)] = &[
 ];
 
 /// Head dims the template builds but does not serve yet: the shipped cache keeps them on
-/// the portable template ([`super::Template::serving`]) until `fa4-gen verify` has passed
+/// the portable template ([`super::serving_template`]) until `fa4-gen verify` has passed
 /// on an H200 and a tune has timed the Hopper kernels ahead (d96: checks passed, tune and
 /// timing to come; `bench/headdim_check.sh run d96`).
 pub(super) const HELD_BACK_HEAD_DIMS: &[(u32, u32)] = &[(96, 96)];
@@ -780,6 +780,7 @@ pub(super) fn render_values(
 
 #[cfg(test)]
 mod tests {
+    use super::super::TemplateSpace;
     use super::*;
 
     #[test]
@@ -1314,9 +1315,9 @@ mod tests {
         };
         let (narrow, wide) = (spec(128), spec(192));
         assert!(super::super::Template::Hopper.supports(&narrow));
-        assert_eq!(super::super::Template::held_back(&narrow), None);
+        assert_eq!(super::super::held_back_template(&narrow), None);
         assert_eq!(
-            super::super::Template::serving(&narrow),
+            super::super::serving_template(&narrow),
             super::super::Template::Hopper
         );
         assert!(!super::super::Template::Portable.supports(&narrow));
@@ -1362,17 +1363,17 @@ mod tests {
         let d128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
         assert!(super::super::Template::Hopper.supports(&d96));
         assert_eq!(
-            super::super::Template::serving(&d96),
+            super::super::serving_template(&d96),
             super::super::Template::Portable
         );
         // ... and `explain` names the template held back; nothing is held back elsewhere.
         assert_eq!(
-            super::super::Template::held_back(&d96),
+            super::super::held_back_template(&d96),
             Some(super::super::Template::Hopper)
         );
-        assert_eq!(super::super::Template::held_back(&d128), None);
+        assert_eq!(super::super::held_back_template(&d128), None);
         let sm80 = KernelSpec::new(Arch::Sm80, Dtype::Bf16, 96, MaskKind::None);
-        assert_eq!(super::super::Template::held_back(&sm80), None);
+        assert_eq!(super::super::held_back_template(&sm80), None);
         // Shared memory, registers and the split workspace are d128's (padded columns),
         // for every candidate both build.
         let mut both = 0;

@@ -18,128 +18,107 @@ pub mod switches {
 }
 
 use std::fmt;
-use std::str::FromStr;
 
-use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind, ParseError, TileConfig};
+pub use fa4_spec::Footprint;
+use fa4_spec::{head_dims_name, Arch, Dtype, Features, KernelSpec, MaskKind, TileConfig};
 use serde::{Deserialize, Serialize};
 
-/// A kernel template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Template {
-    /// FlashAttention-2's algorithm on `mma.sync`: sm80 and newer.
-    Portable,
-    /// Hopper's warpgroup MMA (`wgmma`, sm_90a): a TMA producer warpgroup feeding
-    /// pingponging consumer warpgroups, persistent or not (and a first-stage schedule
-    /// without the producer, which paged K/V's defaults keep).
-    Hopper,
+pub use fa4_spec::Template;
+
+/// What a template offers: its entry point, the archs and head dims it builds, and its
+/// config space. (The template's name is the shared vocabulary's, since a kernel cache
+/// names it; what it offers is the generator's alone.)
+pub trait TemplateSpace: Copy {
+    /// Entry point under `templates/`.
+    fn file(self) -> &'static str;
+    /// NVRTC flags the template adds to the arch's ([`crate::render::nvrtc_options`]).
+    fn nvrtc_flags(self) -> &'static [&'static str];
+    /// Architectures the template compiles for.
+    fn archs(self) -> &'static [Arch];
+    /// (head_dim, head_dim_v) pairs offered.
+    fn head_dims(self) -> &'static [(u32, u32)];
+    /// Whether the template can produce a kernel for `spec` at all.
+    fn supports(self, spec: &KernelSpec) -> bool;
+    /// Whether this template serves `spec` in the shipped cache ([`serving_template`]).
+    fn serves(self, spec: &KernelSpec) -> bool;
+    /// Every candidate config for `spec`, unpruned, in a fixed order.
+    fn candidates(self, spec: &KernelSpec) -> Vec<TileConfig>;
+    /// Static check of one config: its launch footprint, or why it cannot work.
+    fn check(self, spec: &KernelSpec, config: &TileConfig) -> Result<Footprint, Rejection>;
+    /// The config served when no tuning record exists: always one that passes
+    /// [`TemplateSpace::check`] (tests also compile it for every arch and head dim).
+    fn default_config(self, spec: &KernelSpec) -> TileConfig;
+    /// The values the `.tera` entry point is rendered with.
+    fn render_values(
+        self,
+        spec: &KernelSpec,
+        config: &TileConfig,
+        footprint: &Footprint,
+    ) -> Vec<(&'static str, serde_json::Value)>;
 }
 
-impl Template {
-    pub const ALL: [Template; 2] = [Template::Portable, Template::Hopper];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Template::Portable => "portable",
-            Template::Hopper => "hopper",
-        }
-    }
-
-    /// Entry point under `templates/`.
-    pub fn file(self) -> &'static str {
+impl TemplateSpace for Template {
+    fn file(self) -> &'static str {
         match self {
             Template::Portable => "portable_fwd.cu.tera",
             Template::Hopper => "hopper_fwd.cu.tera",
         }
     }
 
-    /// NVRTC flags the template adds to the arch's ([`crate::render::nvrtc_options`]).
     /// The Hopper kernels pass a key block's live width to generic lambdas as a type;
     /// NVRTC compiles those as host functions unless unannotated ones default to device.
-    pub fn nvrtc_flags(self) -> &'static [&'static str] {
+    fn nvrtc_flags(self) -> &'static [&'static str] {
         match self {
             Template::Portable => &[],
             Template::Hopper => &["-default-device"],
         }
     }
 
-    /// Architectures the template compiles for.
-    pub fn archs(self) -> &'static [Arch] {
+    fn archs(self) -> &'static [Arch] {
         match self {
             Template::Portable => &Arch::ALL,
             Template::Hopper => &[Arch::Sm90],
         }
     }
 
-    /// (head_dim, head_dim_v) pairs offered.
-    pub fn head_dims(self) -> &'static [(u32, u32)] {
+    fn head_dims(self) -> &'static [(u32, u32)] {
         match self {
             Template::Portable => portable::HEAD_DIMS,
             Template::Hopper => hopper::HEAD_DIMS,
         }
     }
 
-    /// The one template that serves `spec` in the shipped cache: the Hopper template
-    /// wherever it offers the spec and is not held back there (d96, which it builds in
-    /// d128's tiles, until its tune and timing). Its defaults ran 1.03 to 1.68x the portable ones on
-    /// every timed cell of the FA3 grid, varlen, d192, windows, sinks, softcap and
-    /// pages (`bench/results/2026-11-30-h200-*-hopper-*`). Tuning keys are per
-    /// template, so the tuner picks configs within the serving template.
-    pub fn serving(spec: &KernelSpec) -> Template {
-        if Template::Hopper.supports(spec)
-            && !hopper::HELD_BACK_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
-        {
-            Template::Hopper
-        } else {
-            Template::Portable
-        }
-    }
-
-    /// The template that builds `spec` but does not serve it yet (d96 on the Hopper
-    /// template): what `explain` names beside the choice.
-    pub fn held_back(spec: &KernelSpec) -> Option<Template> {
-        (Template::Hopper.supports(spec) && Template::serving(spec) != Template::Hopper)
-            .then_some(Template::Hopper)
-    }
-
-    /// Whether this template serves `spec` in the shipped cache ([`Template::serving`]).
-    pub fn serves(self, spec: &KernelSpec) -> bool {
-        self.supports(spec) && self == Template::serving(spec)
-    }
-
-    /// Whether the template can produce a kernel for `spec` at all.
-    pub fn supports(self, spec: &KernelSpec) -> bool {
+    fn supports(self, spec: &KernelSpec) -> bool {
         self.archs().contains(&spec.arch)
             && self.head_dims().contains(&(spec.head_dim, spec.head_dim_v))
     }
 
-    /// Every candidate config for `spec`, unpruned, in a fixed order.
-    pub fn candidates(self, spec: &KernelSpec) -> Vec<TileConfig> {
+    fn serves(self, spec: &KernelSpec) -> bool {
+        self.supports(spec) && self == serving_template(spec)
+    }
+
+    fn candidates(self, spec: &KernelSpec) -> Vec<TileConfig> {
         match self {
             Template::Portable => portable::candidates(spec),
             Template::Hopper => hopper::candidates(spec),
         }
     }
 
-    /// Static check of one config: its launch footprint, or why it cannot work.
-    pub fn check(self, spec: &KernelSpec, config: &TileConfig) -> Result<Footprint, Rejection> {
+    fn check(self, spec: &KernelSpec, config: &TileConfig) -> Result<Footprint, Rejection> {
         match self {
             Template::Portable => portable::check(spec, config),
             Template::Hopper => hopper::check(spec, config),
         }
     }
 
-    /// The config served when no tuning record exists: always one that passes
-    /// [`Template::check`] (tests also compile it for every arch and head dim).
-    pub fn default_config(self, spec: &KernelSpec) -> TileConfig {
+    fn default_config(self, spec: &KernelSpec) -> TileConfig {
         match self {
             Template::Portable => portable::default_config(spec),
             Template::Hopper => hopper::default_config(spec),
         }
     }
 
-    /// The values the `.tera` entry point is rendered with.
-    pub fn render_values(
+    fn render_values(
         self,
         spec: &KernelSpec,
         config: &TileConfig,
@@ -152,73 +131,27 @@ impl Template {
     }
 }
 
-impl fmt::Display for Template {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+/// The one template that serves `spec` in the shipped cache: the Hopper template
+/// wherever it offers the spec and is not held back there (d96, which it builds in
+/// d128's tiles, until its tune and timing). Its defaults ran 1.03 to 1.68x the portable
+/// ones on every timed cell of the FA3 grid, varlen, d192, windows, sinks, softcap and
+/// pages on the H200. Tuning keys are per template, so the tuner picks configs within
+/// the serving template.
+pub fn serving_template(spec: &KernelSpec) -> Template {
+    if Template::Hopper.supports(spec)
+        && !hopper::HELD_BACK_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
+    {
+        Template::Hopper
+    } else {
+        Template::Portable
     }
 }
 
-impl FromStr for Template {
-    type Err = ParseError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Template::ALL
-            .into_iter()
-            .find(|t| t.name() == s.trim().to_ascii_lowercase())
-            .ok_or_else(|| ParseError {
-                what: "template",
-                given: s.to_string(),
-                expected: Template::ALL.map(|t| t.name()).join(", "),
-            })
-    }
-}
-
-/// What launching a config takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Footprint {
-    /// Threads per block.
-    pub threads: u32,
-    /// Rows per block: the grid is `ceil(seqlen_q / block_m) x heads_q x batch`.
-    pub block_m: u32,
-    /// Dynamic shared memory per block, bytes.
-    pub smem_bytes: u32,
-    /// Registers per thread the pruning model expects (ptxas has the last word).
-    pub est_registers: u32,
-    /// Pack-GQA: a block's rows are (query, head) pairs of the query heads that share one
-    /// KV head, so the grid is `ceil(seqlen_q * heads_q / heads_kv / block_m) x heads_kv x
-    /// batch`.
-    #[serde(default)]
-    pub pack_gqa: bool,
-    /// Kernels that load by TMA: the key rows of one K/V box (block_n), which the host
-    /// encodes into the tensor maps over Q, K and V it passes with the arguments
-    /// (`gpu::TmaFwdParams`); 0 for kernels that take `FwdParams` alone.
-    #[serde(default)]
-    pub tma_rows: u32,
-    /// Persistent kernels: blocks per SM of a grid that strides over the work tiles
-    /// (`launch_grid`); 0 for one block per tile.
-    #[serde(default)]
-    pub persistent_per_sm: u32,
-    /// Causal kernels with one block per tile whose grid `launch_grid` lays out in
-    /// sections of (head, sequence) pairs sized to L2, heaviest m-blocks first
-    /// (`schedule.cuh`): the bytes of K and V per key, which size the sections. 0 for the
-    /// `m-blocks x heads x batch` grid.
-    #[serde(default)]
-    pub section_key_bytes: u32,
-    /// Causal kernels with one block per tile whose grid is `heads x m-blocks x batch`,
-    /// the m-blocks reversed in y (`launch_grid`, `portable/kernel.cuh`): every head of
-    /// a sequence takes its heaviest m-block first. false for `m-blocks x heads x batch`.
-    #[serde(default)]
-    pub causal_m_blocks_in_y: bool,
-    /// Unmasked persistent kernels that share out their last rounds' tiles by keys when
-    /// the launch brings a workspace (`gpu::split_tail`, `schedule.cuh`): the O columns
-    /// (head_dim_v) a piece leaves there; 0 for kernels that never split.
-    #[serde(default)]
-    pub split_head_dim_v: u32,
-    /// Blocks per cluster along m (`launch_grid` rounds the m-blocks up to a multiple):
-    /// consecutive m-blocks of one head share their K/V loads by TMA multicast
-    /// (`hopper/kernel_ws.cuh`); 0 or 1 for no cluster.
-    #[serde(default)]
-    pub cluster_m: u32,
+/// The template that builds `spec` but does not serve it yet (d96 on the Hopper
+/// template): what `explain` names beside the choice.
+pub fn held_back_template(spec: &KernelSpec) -> Option<Template> {
+    (Template::Hopper.supports(spec) && serving_template(spec) != Template::Hopper)
+        .then_some(Template::Hopper)
 }
 
 /// Why a config was set aside.
@@ -322,15 +255,6 @@ fn twins(
             c
         })
         .collect()
-}
-
-/// How head dims are written on the command line and in messages: `128`, or `192/128`
-/// where V's differs from QK's.
-pub fn head_dims_name(head_dim: u32, head_dim_v: Option<u32>) -> String {
-    match head_dim_v {
-        Some(v) if v != head_dim => format!("{head_dim}/{v}"),
-        _ => head_dim.to_string(),
-    }
 }
 
 /// A selection that names something no template offers.

@@ -308,6 +308,15 @@ impl fmt::Display for TileConfig {
     }
 }
 
+/// How head dims are written on the command line and in messages: `128`, or `192/128`
+/// where V's differs from QK's.
+pub fn head_dims_name(head_dim: u32, head_dim_v: Option<u32>) -> String {
+    match head_dim_v {
+        Some(v) if v != head_dim => format!("{head_dim}/{v}"),
+        _ => head_dim.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

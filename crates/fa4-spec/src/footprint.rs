@@ -1,0 +1,52 @@
+use serde::{Deserialize, Serialize};
+
+/// The entry point every forward kernel exports (`extern "C" __global__`).
+pub const KERNEL_ENTRY: &str = "fa4_fwd";
+
+/// What launching a config takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Footprint {
+    /// Threads per block.
+    pub threads: u32,
+    /// Rows per block: the grid is `ceil(seqlen_q / block_m) x heads_q x batch`.
+    pub block_m: u32,
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+    /// Registers per thread the pruning model expects (ptxas has the last word).
+    pub est_registers: u32,
+    /// Pack-GQA: a block's rows are (query, head) pairs of the query heads that share one
+    /// KV head, so the grid is `ceil(seqlen_q * heads_q / heads_kv / block_m) x heads_kv x
+    /// batch`.
+    #[serde(default)]
+    pub pack_gqa: bool,
+    /// Kernels that load by TMA: the key rows of one K/V box (block_n), which the host
+    /// encodes into the tensor maps over Q, K and V it passes with the arguments
+    /// (the runtime's `TmaFwdParams`); 0 for kernels that take `FwdParams` alone.
+    #[serde(default)]
+    pub tma_rows: u32,
+    /// Persistent kernels: blocks per SM of a grid that strides over the work tiles
+    /// (`launch_grid`); 0 for one block per tile.
+    #[serde(default)]
+    pub persistent_per_sm: u32,
+    /// Causal kernels with one block per tile whose grid `launch_grid` lays out in
+    /// sections of (head, sequence) pairs sized to L2, heaviest m-blocks first
+    /// (`schedule.cuh`): the bytes of K and V per key, which size the sections. 0 for the
+    /// `m-blocks x heads x batch` grid.
+    #[serde(default)]
+    pub section_key_bytes: u32,
+    /// Causal kernels with one block per tile whose grid is `heads x m-blocks x batch`,
+    /// the m-blocks reversed in y (`launch_grid`, `portable/kernel.cuh`): every head of
+    /// a sequence takes its heaviest m-block first. false for `m-blocks x heads x batch`.
+    #[serde(default)]
+    pub causal_m_blocks_in_y: bool,
+    /// Unmasked persistent kernels that share out their last rounds' tiles by keys when
+    /// the launch brings a workspace (the runtime's `split_tail`, `schedule.cuh`): the O columns
+    /// (head_dim_v) a piece leaves there; 0 for kernels that never split.
+    #[serde(default)]
+    pub split_head_dim_v: u32,
+    /// Blocks per cluster along m (`launch_grid` rounds the m-blocks up to a multiple):
+    /// consecutive m-blocks of one head share their K/V loads by TMA multicast
+    /// (`hopper/kernel_ws.cuh`); 0 or 1 for no cluster.
+    #[serde(default)]
+    pub cluster_m: u32,
+}
