@@ -1,7 +1,7 @@
 /* fa4-gen runtime: pick the kernel that serves a prefill problem from a kernel cache,
  * and launch it on the caller's CUDA stream.
  *
- * Link against libfa4_gen.so (cargo build --release: target/release/libfa4_gen.so).
+ * Link against libfa4_runtime.so (cargo build --release: target/release/libfa4_runtime.so).
  * Every call returns FA4GEN_OK or an error code; fa4gen_last_error() then gives the
  * calling thread's message, naming the problem and the fix. No call aborts or
  * unwinds into the caller. Selection is a pure lookup: no GPU, no allocation.

@@ -67,7 +67,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", default="", help="comma-separated archs to ship [every arch in the cache]")
     ap.add_argument("--cache", default=str(ROOT / "generated"), help="kernel cache folder [generated]")
-    ap.add_argument("--lib", default=str(ROOT / "target/release/libfa4_gen.so"), help="the runtime library")
+    ap.add_argument("--lib", default=str(ROOT / "target/release/libfa4_runtime.so"), help="the runtime library")
     ap.add_argument("--out", default=str(ROOT / "dist"), help="folder for the wheel [dist]")
     ap.add_argument("--platform", default="linux_x86_64", help="platform tag [linux_x86_64]")
     a = ap.parse_args()
@@ -80,7 +80,7 @@ def main():
     manifest = cut_manifest(json.loads((cache / "manifest.json").read_text()),
                             [x for x in a.arch.split(",") if x])
     files = {"%s/%s" % (PACKAGE, name): (ROOT / "python" / PACKAGE / name).read_bytes() for name in MODULES}
-    files[PACKAGE + "/libfa4_gen.so"] = lib.read_bytes()
+    files[PACKAGE + "/libfa4_runtime.so"] = lib.read_bytes()
     files[PACKAGE + "/cache/manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     for kernel in manifest["kernels"].values():
         cubin = cache / kernel["cubin"]

@@ -10,8 +10,9 @@ use cudarc::driver::CudaSlice;
 use fa4_spec::{Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::gpu::{driver, FwdKernel, Gpu, GpuError, SplitWorkspace};
+use crate::gpu::{driver, FwdKernel, Gpu, GpuError};
 use crate::problem::{attention_flops, Case};
+use fa4_runtime::SplitWorkspace;
 
 /// One cell of a benchmark grid.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

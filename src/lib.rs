@@ -15,7 +15,6 @@
 
 pub mod bench;
 pub mod cache;
-pub mod capi;
 pub mod cli;
 pub mod compile;
 pub mod db;
@@ -23,11 +22,11 @@ pub mod fsutil;
 pub mod gpu;
 pub mod problem;
 pub mod render;
-pub mod runtime;
 pub mod space;
 pub mod templates;
 pub mod timestamp;
 pub mod tune;
 pub mod verify;
 
+pub use fa4_runtime as runtime;
 pub use fa4_spec as spec;

@@ -11,8 +11,9 @@ use cudarc::driver::CudaSlice;
 use fa4_spec::{fnv1a64, Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::gpu::{max_split_workspace_bytes, Gpu, GpuError, SplitWorkspace};
+use crate::gpu::{Gpu, GpuError};
 use crate::verify::Support;
+use fa4_runtime::{max_split_workspace_bytes, SplitWorkspace};
 
 /// One problem shape.
 #[derive(Debug, Clone, Serialize)]

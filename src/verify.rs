@@ -14,13 +14,12 @@ use serde::Serialize;
 
 use crate::compile::{BuildDir, BuiltKernel};
 use crate::fsutil::write_atomic;
-use crate::gpu::{
-    driver, launch_grid, split_tail, FwdKernel, Gpu, GpuError, ParamsArg, SPLIT_COUNTER_BYTES,
-};
+use crate::gpu::{driver, FwdKernel, Gpu, GpuError, ParamsArg};
 use crate::problem::Problem;
 pub use crate::problem::{attention_flops, Case};
 use crate::render::nvrtc_options;
 use crate::templates::TemplateSet;
+use fa4_runtime::{launch_grid, split_tail, SPLIT_COUNTER_BYTES};
 
 /// Source of the checking kernels, under `templates/`.
 pub const SUPPORT_SOURCE: &str = "reference/verify.cu";

@@ -310,7 +310,7 @@ fn a_c_caller_selects_through_the_header_and_library() {
         .arg(repo().join("include"))
         .arg("-L")
         .arg(&lib_dir)
-        .args(["-lfa4_gen", "-o"])
+        .args(["-lfa4_runtime", "-o"])
         .arg(&exe)
         .output()
         .unwrap();
@@ -441,7 +441,7 @@ except fa4gen.Fa4genError as e:
     let out = std::process::Command::new("python3")
         .args(["-c", script])
         .current_dir(repo())
-        .env("FA4GEN_LIB", lib_dir.join("libfa4_gen.so"))
+        .env("FA4GEN_LIB", lib_dir.join("libfa4_runtime.so"))
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

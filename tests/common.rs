@@ -38,13 +38,13 @@ pub fn nvrtc() -> fa4_gen::compile::Nvrtc {
     })
 }
 
-/// The folder of `libfa4_gen.so`: `cargo test` builds the library as an rlib only, so
-/// the cdylib is built beside it (a no-op once built).
+/// The folder of `libfa4_runtime.so`, the runtime's C library (built here: a no-op once
+/// built).
 pub fn cdylib_dir() -> std::path::PathBuf {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
-        .args(["build", "--lib", "--quiet"])
+        .args(["build", "-p", "fa4-runtime", "--lib", "--quiet"])
         .current_dir(repo)
         .status()
         .unwrap();

@@ -81,7 +81,7 @@ print(entry["default"])
         } else {
             "lax"
         }));
-    let lib = crate::common::cdylib_dir().join("libfa4_gen.so");
+    let lib = crate::common::cdylib_dir().join("libfa4_runtime.so");
     run(Command::new("python3")
         .arg(repo.join("scripts/build_wheel.py"))
         .args(["--arch", "sm90", "--cache"])

@@ -1,6 +1,6 @@
 """fa4-gen's runtime from Python: FlashAttention's prefill calls on fa4-gen's kernels.
 
-ctypes over the C ABI (``include/fa4gen.h``, ``libfa4_gen.so``); nothing to build.
+ctypes over the C ABI (``include/fa4gen.h``, ``libfa4_runtime.so``); nothing to build.
 The library is found through ``FA4GEN_LIB`` (the file), beside this package (as the
 wheel of ``scripts/build_wheel.py`` installs it), or in the repository's
 ``target/release`` and ``target/debug``; the kernel cache through ``FA4GEN_CACHE``, the
@@ -71,12 +71,12 @@ class _Selection(ctypes.Structure):
 def _find_library():
     given = os.environ.get("FA4GEN_LIB")
     candidates = [Path(given)] if given else []
-    candidates += [_HERE / "libfa4_gen.so"]
-    candidates += [_HERE.parents[1] / "target" / p / "libfa4_gen.so" for p in ("release", "debug")]
+    candidates += [_HERE / "libfa4_runtime.so"]
+    candidates += [_HERE.parents[1] / "target" / p / "libfa4_runtime.so" for p in ("release", "debug")]
     for c in candidates:
         if c.is_file():
             return ctypes.CDLL(str(c))
-    raise Fa4genError(ERR_CACHE, "libfa4_gen.so not found (looked in: %s); build it with "
+    raise Fa4genError(ERR_CACHE, "libfa4_runtime.so not found (looked in: %s); build it with "
                       "`cargo build --release` or point FA4GEN_LIB at it" % ", ".join(map(str, candidates)))
 
 
@@ -95,14 +95,14 @@ def _library():
         lib.fa4gen_select.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Query), ctypes.POINTER(_Selection)]
         lib.fa4gen_params_size.restype = ctypes.c_uint32
         if not hasattr(lib, "fa4gen_split_workspace_bytes"):  # fa4gen_prefill_args without the workspace
-            raise Fa4genError(ERR_INTERNAL, "libfa4_gen.so predates the split workspace this module passes: "
+            raise Fa4genError(ERR_INTERNAL, "libfa4_runtime.so predates the split workspace this module passes: "
                               "the library and the Python module come from different fa4-gen versions")
         lib.fa4gen_split_workspace_bytes.argtypes = [ctypes.c_uint32]
         lib.fa4gen_split_workspace_bytes.restype = ctypes.c_uint64
         lib.fa4gen_prefill.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         lib.fa4gen_preload.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
         if lib.fa4gen_params_size() + 32 != _ARGS.size:
-            raise Fa4genError(ERR_INTERNAL, "libfa4_gen.so's fa4gen_params is %d bytes, this module packs %d: "
+            raise Fa4genError(ERR_INTERNAL, "libfa4_runtime.so's fa4gen_params is %d bytes, this module packs %d: "
                               "the library and the Python module come from different fa4-gen versions"
                               % (lib.fa4gen_params_size(), _ARGS.size - 32))
         _lib = lib

@@ -1158,7 +1158,7 @@ fn python_overhead(cache: &std::path::Path) -> Result<serde_json::Value, String>
     }
     let lib = std::env::current_exe()
         .ok()
-        .and_then(|exe| Some(exe.parent()?.join("libfa4_gen.so")))
+        .and_then(|exe| Some(exe.parent()?.join("libfa4_runtime.so")))
         .filter(|l| l.is_file());
     let mut cmd = std::process::Command::new("python3");
     cmd.args(["-m", "fa4gen.overhead", "--json", "--cache"])

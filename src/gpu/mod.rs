@@ -9,7 +9,6 @@
 //! never engaged.
 
 mod launch;
-mod tma;
 
 use std::sync::Arc;
 
@@ -20,13 +19,8 @@ use cudarc::driver::{
 };
 use fa4_spec::Arch;
 
+pub use launch::FwdKernel;
 pub(crate) use launch::ParamsArg;
-pub use launch::{
-    check_problem, check_problem_for, check_split_workspace, launch_grid,
-    max_split_workspace_bytes, split_tail, split_workspace_bytes, FwdKernel, ProblemError,
-    SplitWorkspace, SPLIT_COUNTER_BYTES,
-};
-pub use tma::TmaFwdParams;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -40,21 +34,14 @@ pub enum GpuError {
     #[error("CUDA {call} failed: {message}")]
     Driver { call: &'static str, message: String },
     #[error(transparent)]
-    Problem(#[from] ProblemError),
+    Problem(#[from] fa4_runtime::ProblemError),
 }
 
 pub(crate) fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
     move |e| GpuError::Driver {
         call,
-        message: driver_message(&e),
+        message: fa4_runtime::driver_message(&e),
     }
-}
-
-/// The driver's own words for an error, or its code when it has none.
-pub(crate) fn driver_message(e: &DriverError) -> String {
-    e.error_string()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|_| format!("{e:?}"))
 }
 
 /// What the device is.

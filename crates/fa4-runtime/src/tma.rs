@@ -6,10 +6,9 @@ use cudarc::driver::sys::{
     self, CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
     CUtensorMapInterleave, CUtensorMapL2promotion, CUtensorMapSwizzle,
 };
-use fa4_spec::{Dtype, FwdParams, KernelSpec};
+use fa4_spec::{Dtype, Footprint, FwdParams, KernelSpec};
 
-use super::launch::{split_tail, SplitWorkspace};
-use crate::space::Footprint;
+use crate::grid::{split_tail, SplitWorkspace};
 
 /// The argument block of a TMA kernel.
 #[repr(C, align(64))]

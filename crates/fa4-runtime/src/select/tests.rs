@@ -1,0 +1,250 @@
+use std::collections::BTreeMap;
+
+use fa4_spec::manifest::{SpecEntry, MANIFEST_FILE};
+use fa4_spec::{Arch, Features, KernelSpec, MaskKind};
+
+use super::*;
+use crate::test_manifest::{entry, manifest, open, query, spec, tile};
+
+#[test]
+fn a_problem_gets_its_bucket_or_the_nearest_tuned_one_or_the_default() {
+    let (_dir, cache) = open(&manifest());
+    let cache = cache.unwrap();
+    let s = cache.select(&query(128, 3000)).unwrap();
+    assert_eq!(
+        (s.id, s.reason, s.is_default),
+        ("b_d128_tuned", Reason::Tuned { bucket: 4096 }, false)
+    );
+    let s = cache.select(&query(128, 1000)).unwrap();
+    assert_eq!((s.id, s.is_default), ("a_d128_default", true));
+    // 64k: nearest tuned bucket is 4096; 100: nearest is 1024.
+    let s = cache.select(&query(128, 65536)).unwrap();
+    assert_eq!(
+        s.reason,
+        Reason::NearestTuned {
+            bucket: 4096,
+            wanted: 32768
+        }
+    );
+    let s = cache.select(&query(128, 100)).unwrap();
+    assert_eq!(
+        s.reason,
+        Reason::NearestTuned {
+            bucket: 1024,
+            wanted: 128
+        }
+    );
+    // An untuned spec serves its default, never an error; seqlen 0 is fine.
+    let s = cache.select(&query(64, 0)).unwrap();
+    assert_eq!((s.id, s.reason), ("c_d64_default", Reason::Default));
+}
+
+#[test]
+fn a_lookup_resolves_the_mask_as_a_launch_does() {
+    let local = |window, max_q| Query {
+        mask: MaskKind::Local,
+        window,
+        ..query(128, max_q)
+    };
+    // Narrower than the keys: the window stays.
+    let q = local((1000, 0), 512).as_launched(4096);
+    assert_eq!((q.mask, q.window), (MaskKind::Local, (1000, 0)));
+    // Wider than the keys (0: as many keys as queries): causal, as prefill launches it.
+    let q = local((1000, 0), 512).as_launched(0);
+    assert_eq!((q.mask, q.window), (MaskKind::Causal, (-1, -1)));
+    let q = local((1000, 1000), 512).as_launched(512);
+    assert_eq!((q.mask, q.window), (MaskKind::None, (-1, -1)));
+    let q = local((-1, -1), 4096).as_launched(4096);
+    assert_eq!(q.mask, MaskKind::None);
+    // Causal and unmasked queries ignore the window they carry.
+    let q = Query {
+        window: (128, 0),
+        ..query(128, 4096)
+    }
+    .as_launched(4096);
+    assert_eq!((q.mask, q.window), (MaskKind::Causal, (-1, -1)));
+    let q = Query {
+        mask: MaskKind::None,
+        window: (128, 0),
+        ..query(128, 4096)
+    }
+    .as_launched(0);
+    assert_eq!((q.mask, q.window), (MaskKind::None, (-1, -1)));
+}
+
+#[test]
+fn an_untuned_spec_serving_a_related_specs_choices_says_so() {
+    // d128 causal with sinks, never tuned, serves d128 causal's tuned tile at 4096.
+    let mut m = manifest();
+    let plain = spec(128, MaskKind::Causal);
+    let sinks = KernelSpec {
+        features: Features {
+            sinks: true,
+            ..Features::default()
+        },
+        ..plain
+    };
+    let default = tile(128, 64);
+    let tuned = m.kernels["b_d128_tuned"].config.clone();
+    m.kernels
+        .insert("f_sinks_default".into(), entry(sinks, default));
+    m.kernels
+        .insert("g_sinks_borrowed".into(), entry(sinks, tuned));
+    m.archs.get_mut(&Arch::Sm90).unwrap().specs.insert(
+        sinks.tag(),
+        SpecEntry {
+            default: "f_sinks_default".into(),
+            tuned: BTreeMap::from([(4096, "g_sinks_borrowed".into())]),
+            borrowed_from: Some(plain.tag()),
+        },
+    );
+    let (_dir, cache) = open(&m);
+    let cache = cache.unwrap();
+    let with_sinks = |seqlen| Query {
+        features: sinks.features,
+        ..query(128, seqlen)
+    };
+    let s = cache.select(&with_sinks(3000)).unwrap();
+    assert_eq!(
+        (s.id, s.reason, s.is_default),
+        (
+            "g_sinks_borrowed",
+            Reason::Borrowed {
+                bucket: 4096,
+                wanted: 4096
+            },
+            false
+        )
+    );
+    let s = cache.select(&with_sinks(100)).unwrap();
+    assert_eq!(
+        s.reason,
+        Reason::Borrowed {
+            bucket: 4096,
+            wanted: 128
+        }
+    );
+    assert_eq!(cache.borrowed_from(&sinks), Some(plain.tag().as_str()));
+    assert!(!cache.is_tuned(&sinks) && cache.is_tuned(&plain));
+    // The plain spec's own lookups are unchanged.
+    let s = cache.select(&query(128, 3000)).unwrap();
+    assert_eq!(s.reason, Reason::Tuned { bucket: 4096 });
+    assert_eq!(cache.borrowed_from(&plain), None);
+}
+
+#[test]
+fn a_sliding_window_is_served_by_its_width_not_its_sequence() {
+    // d128 local: the default at width 128, another tile tuned at width 1024.
+    let mut m = manifest();
+    let local = spec(128, MaskKind::Local);
+    let d128 = m.kernels["a_d128_default"].config.clone();
+    let wide = m.kernels["b_d128_tuned"].config.clone();
+    m.kernels
+        .insert("d_local_default".into(), entry(local, d128));
+    m.kernels.insert("e_local_wide".into(), entry(local, wide));
+    m.archs.get_mut(&Arch::Sm90).unwrap().specs.insert(
+        local.tag(),
+        SpecEntry {
+            default: "d_local_default".into(),
+            tuned: BTreeMap::from([
+                (128, "d_local_default".into()),
+                (1024, "e_local_wide".into()),
+            ]),
+            borrowed_from: None,
+        },
+    );
+    let (_dir, cache) = open(&m);
+    let cache = cache.unwrap();
+    let at = |seqlen, window| {
+        let s = cache
+            .select(&Query {
+                mask: MaskKind::Local,
+                window,
+                ..query(128, seqlen)
+            })
+            .unwrap();
+        (s.id, s.reason)
+    };
+    // gpt-oss's window over long prompts: width 128, whatever the length.
+    assert_eq!(
+        at(16384, (128, 0)),
+        ("d_local_default", Reason::Tuned { bucket: 128 })
+    );
+    assert_eq!(
+        at(300, (1000, 0)),
+        ("e_local_wide", Reason::Tuned { bucket: 1024 })
+    );
+    assert_eq!(
+        at(100_000, (500, 500)),
+        ("e_local_wide", Reason::Tuned { bucket: 1024 })
+    );
+    // Unbounded on one side: the sequence's length, as for causal (4096 -> nearest 1024).
+    assert_eq!(
+        at(3000, (-1, 64)),
+        (
+            "e_local_wide",
+            Reason::NearestTuned {
+                bucket: 1024,
+                wanted: 4096
+            }
+        )
+    );
+}
+
+#[test]
+fn unsupported_problems_are_named() {
+    let (_dir, cache) = open(&manifest());
+    let cache = cache.unwrap();
+    let e = cache.select(&query(80, 512)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("head dim 80 (V 80) is not offered on sm90: offered head dims are 64, 128"),
+        "{e}"
+    );
+    let e = cache
+        .select(&Query {
+            arch: Arch::Sm100,
+            ..query(64, 512)
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("no kernels for sm100 in this cache (it has sm90)"),
+        "{e}"
+    );
+    let e = cache
+        .select(&Query {
+            mask: MaskKind::Local,
+            ..query(64, 512)
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("bf16 local mask with features none is not in this cache"),
+        "{e}"
+    );
+}
+
+#[test]
+fn broken_caches_are_refused_with_the_fix() {
+    let missing = KernelCache::open(std::path::Path::new("/nonexistent/cache"))
+        .err()
+        .unwrap();
+    assert!(
+        missing.to_string().contains("fa4-gen build-cache"),
+        "{missing}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(MANIFEST_FILE), "{ not json").unwrap();
+    let corrupt = KernelCache::open(dir.path()).err().unwrap();
+    assert!(matches!(corrupt, CacheError::Corrupt { .. }), "{corrupt}");
+    let mut m = manifest();
+    m.format = "fa4-gen kernel cache 0".into();
+    let (_d, old) = open(&m);
+    assert!(matches!(old, Err(CacheError::Format { .. })));
+    let mut m = manifest();
+    m.kernels.remove("b_d128_tuned");
+    let (_d, dangling) = open(&m);
+    let e = dangling.err().unwrap();
+    assert!(e.to_string().contains("b_d128_tuned"), "{e}");
+}
