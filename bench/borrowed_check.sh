@@ -54,7 +54,7 @@ EOF
     python3 bench/cache_subset.py "$W/gen/manifest.json" "$W/gen" "$W/new" "$TIMED"
     tar cf - -C "$W" old new vb | xz -T0 -6 > .device/borrow.tar.xz
     xz -T0 -6 -c "$B" > .device/fa4-gen.xz
-    xz -T0 -6 -c target/release/libfa4_gen.so > .device/libfa4_gen.so.xz
+    xz -T0 -6 -c target/release/libfa4_runtime.so > .device/libfa4_runtime.so.xz
     rm -rf "$W"
     echo "$(wc -l < .device/borrow-groups.txt) config tags; carry .device and run: bash bench/borrowed_check.sh run"
 }
@@ -66,7 +66,7 @@ run() {
     trap steps_end EXIT
     mkdir -p /tmp/x
     xz -dc .device/fa4-gen.xz > "$B"; chmod +x "$B"
-    xz -dc .device/libfa4_gen.so.xz > python/fa4gen/libfa4_gen.so
+    xz -dc .device/libfa4_runtime.so.xz > python/fa4gen/libfa4_runtime.so
     tar xJf .device/borrow.tar.xz -C /tmp/x
     local n=0
     while read -r t dt hd m f tag; do

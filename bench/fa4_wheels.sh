@@ -3,11 +3,17 @@
 # x86-64) for the GPU host, which has no network and takes 64 MiB a call: the CuTe DSL's
 # MLIR library alone is 52 MB compressed, so it travels in one call (`.whl/ir.so.xz`,
 # kept in /tmp/stash there while the machine stays warm) and the rest in the next
-# (`.whl/site-rest.tar.xz`), which unpacks both into /tmp/site (see
-# bench/results/2026-12-04-h200-fb8028c-fa4-call7b.sh). The host's image already has
-# torch, einops, protobuf, cuda-bindings and cuda-pathfinder.
+# (`.whl/site-rest.tar.xz`), which unpacks both into /tmp/site. The host's image already
+# has torch, einops, protobuf, cuda-bindings and cuda-pathfinder.
 #
 #   bench/fa4_wheels.sh OUT_DIR    -> OUT_DIR/ir.so.xz, OUT_DIR/site-rest.tar.xz
+#
+# On the GPU host, the first call carries .whl/ir.so.xz alone:
+#   mkdir -p /tmp/stash && cp .whl/ir.so.xz /tmp/stash/
+# and the second (as bench/results/*-featpeers-call.sh does) carries the rest:
+#   mkdir -p /tmp/site && tar xJf .whl/site-rest.tar.xz -C /tmp/site
+#   xz -dc /tmp/stash/ir.so.xz > /tmp/site/nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so
+#   export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 set -euo pipefail
 out=$(realpath -m "${1:?usage: bench/fa4_wheels.sh OUT_DIR}")
 work=$(mktemp -d)

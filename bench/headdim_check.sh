@@ -48,7 +48,7 @@ prepare() {
     "$B" tune "${TUNED[@]}" --compile-only --build-dir "$W/build" --db "$W/db.sled" -q
     source bench/device_steps.sh
     pack_kit "$NAME" "$W/build"
-    xz -T0 -6 -c target/release/libfa4_gen.so > .device/libfa4_gen.so.xz
+    xz -T0 -6 -c target/release/libfa4_runtime.so > .device/libfa4_runtime.so.xz
     [ -f "generated/$(python3 -c 'import json; m = json.load(open("generated/manifest.json")); print(next(iter(m["kernels"].values()))["cubin"])')" ] \
         || "$B" build-cache -q
     python3 bench/cache_subset.py generated/manifest.json generated "$W/calls-cache" "$CALLS"
@@ -60,7 +60,7 @@ prepare() {
 
 # The Python calls' GPU cases, through the committed cache's kernels the kit carries.
 check_calls() {
-    xz -dc .device/libfa4_gen.so.xz > python/fa4gen/libfa4_gen.so
+    xz -dc .device/libfa4_runtime.so.xz > python/fa4gen/libfa4_runtime.so
     tar xJf .device/calls-cache.tar.xz -C /tmp
     PYTHONPATH=$PWD/python step calls 30 python3 -m fa4gen.check --cases calls --cache /tmp/calls-cache \
         --json "$R/calls.json"

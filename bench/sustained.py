@@ -1,4 +1,4 @@
-# Usage (GPU host; libfa4_gen.so in python/fa4gen/ or target/, a cache with the served
+# Usage (GPU host; libfa4_runtime.so in python/fa4gen/ or target/, a cache with the served
 # kernels in generated/ or FA4GEN_CACHE):
 #   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
 #       --format=csv -lms 20 > clocks.csv &
