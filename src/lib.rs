@@ -13,20 +13,16 @@
 //! finds in `db`, the tuning database; `cache` builds the shipped kernel cache
 //! (`generated/`) from its export, and `runtime` is the dispatcher that reads it. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
 
-pub mod bench;
 pub mod cache;
 pub mod cli;
 pub mod compile;
 pub mod db;
 pub mod fsutil;
-pub mod gpu;
-pub mod problem;
+pub mod measure;
 pub mod render;
 pub mod space;
-pub mod templates;
 pub mod timestamp;
 pub mod tune;
-pub mod verify;
 
 pub use fa4_runtime as runtime;
 pub use fa4_spec as spec;

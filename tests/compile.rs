@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use fa4_gen::compile::resources::SPILL_TOLERANCE;
 use fa4_gen::compile::{self, BuildDir, Outcome, Report, Silent};
+use fa4_gen::render::templates::TemplateSet;
 use fa4_gen::render::Renderer;
 use fa4_gen::space::{self, Candidate, RejectKind, Template, TemplateSpace};
 use fa4_gen::spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
-use fa4_gen::templates::TemplateSet;
 
 use crate::common::{fa4_gen, nvrtc, stderr, stdout};
 

@@ -11,10 +11,10 @@ use fa4_spec::{fnv1a64, Arch, Dtype, Features, KernelSpec, MaskKind, ParseError}
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::compile::{self, BuildDir, BuildSummary, BuiltKernel, Nvrtc, Outcome, Reporter};
-use crate::gpu::{FwdKernel, Gpu};
+use crate::measure::gpu::{FwdKernel, Gpu};
+use crate::measure::verify;
 use crate::render::Renderer;
 use crate::space::{self, Candidate, Planned, RejectKind, Selection, Template, TemplateSpace};
-use crate::verify;
 
 mod cache;
 mod tune;
@@ -699,7 +699,7 @@ fn compile_cmd(a: CompileArgs, quiet: bool) -> CliResult {
     let mut archs: Vec<Arch> = specs.iter().map(|(_, s)| s.arch).collect();
     archs.dedup();
     for arch in &archs {
-        verify::build_support(&nvrtc, renderer.templates(), &dir, *arch)
+        crate::measure::support::build_support(&nvrtc, renderer.templates(), &dir, *arch)
             .map_err(CliError::Failed)?;
     }
     print_build_summary(
@@ -1111,7 +1111,7 @@ fn open_gpu(device: usize, requested: &[Arch]) -> Result<(Gpu, Arch), CliError> 
 /// FA4's from `python -m fa4gen.overhead` when python3 can run it.
 fn bench_host(a: &BenchArgs) -> CliResult {
     let (gpu, arch) = open_gpu(a.device, &[])?;
-    let cost = crate::bench::host_cost(&gpu, &a.cache).map_err(CliError::Failed)?;
+    let cost = crate::measure::bench::host_cost(&gpu, &a.cache).map_err(CliError::Failed)?;
     println!(
         "host cost on {} ({arch}, driver CUDA {}): {}",
         gpu.info.name, gpu.info.driver, cost.problem
@@ -1196,7 +1196,7 @@ fn device_kernels(
     extra: &[Candidate],
     dir: &BuildDir,
     quiet: bool,
-) -> Result<(Vec<ReadyKernel>, verify::Support), CliError> {
+) -> Result<(Vec<ReadyKernel>, crate::measure::support::Support), CliError> {
     let renderer = Renderer::embedded()?;
     let planned: Vec<Planned> = plan_all(specs, false)
         .into_iter()
@@ -1207,7 +1207,10 @@ fn device_kernels(
         })
         .collect();
     let mut kernels = ready_kernels(&renderer, dir, arch, &planned)?;
-    let mut support = dir.path(&verify::support_cubin_rel(renderer.templates(), arch));
+    let mut support = dir.path(&crate::measure::support::support_cubin_rel(
+        renderer.templates(),
+        arch,
+    ));
     let missing_kernels = kernels.len() < planned.len();
     if missing_kernels || !support.is_file() {
         let nvrtc = load_nvrtc(quiet).map_err(|e| match e {
@@ -1230,10 +1233,10 @@ fn device_kernels(
                 );
             }
         }
-        support = verify::build_support(&nvrtc, renderer.templates(), dir, arch)
+        support = crate::measure::support::build_support(&nvrtc, renderer.templates(), dir, arch)
             .map_err(CliError::Failed)?;
     }
-    let support = verify::Support::load(gpu, &std::fs::read(&support)?)?;
+    let support = crate::measure::support::Support::load(gpu, &std::fs::read(&support)?)?;
     Ok((kernels, support))
 }
 
@@ -1280,7 +1283,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
     let moved = match &a.move_buffer {
         None => None,
         Some(name) => {
-            let buffer = crate::bench::Buffer::parse(name).ok_or_else(|| {
+            let buffer = crate::measure::bench::Buffer::parse(name).ok_or_else(|| {
                 CliError::Usage(format!("--move-buffer {name}: expected q, k, v or o"))
             })?;
             if a.placements < 2 {
@@ -1292,8 +1295,8 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         }
     };
     // Cells, each with the feature sets it is timed with.
-    let cells: Vec<(crate::bench::Cell, Vec<Features>)> = if a.layers.is_empty() {
-        crate::bench::paper_grid(&a.head_dim, &a.seqlen, &masks, a.total_tokens, a.hidden)
+    let cells: Vec<(crate::measure::bench::Cell, Vec<Features>)> = if a.layers.is_empty() {
+        crate::measure::bench::paper_grid(&a.head_dim, &a.seqlen, &masks, a.total_tokens, a.hidden)
             .into_iter()
             .map(|mut cell| {
                 cell.window = window;
@@ -1303,7 +1306,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             })
             .collect()
     } else {
-        crate::bench::model_layers(&a.layers)
+        crate::measure::bench::model_layers(&a.layers)
             .map_err(CliError::Usage)?
             .into_iter()
             .map(|cell| {
@@ -1405,7 +1408,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
         })
         .collect();
     let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &extra, &dir, quiet)?;
-    let mut flush = crate::bench::L2Flush::new(&gpu)?;
+    let mut flush = crate::measure::bench::L2Flush::new(&gpu)?;
     println!(
         "bench on {} ({arch}, {} SMs, driver CUDA {}), {} kernels, {} tokens, hidden {}",
         gpu.info.name,
@@ -1444,7 +1447,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 continue;
             };
             let spec = first.candidate.spec;
-            let case = crate::problem::Case {
+            let case = crate::measure::problems::Case {
                 page_size: a.page_size,
                 ..cell.case()
             };
@@ -1462,11 +1465,11 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
             if cell.varlen && cell.layer.is_none() {
                 variant.push_str("+varlen");
             }
-            let mut best: Option<crate::bench::Row> = None;
+            let mut best: Option<crate::measure::bench::Row> = None;
             // With --move-buffer, one problem whose named buffer is copied behind each
             // set's spacer; else a whole problem per set.
             let shared = match moved {
-                Some(_) => Some(crate::problem::Problem::new(
+                Some(_) => Some(crate::measure::problems::Problem::new(
                     &gpu, &support, &spec, &case, 0x5eed,
                 )?),
                 None => None,
@@ -1476,15 +1479,21 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                 let (mut _moved, mut _own) = (None, None);
                 let (params, split) = match (&shared, moved) {
                     (Some(problem), Some(buffer)) if placement > 0 => {
-                        let m =
-                            crate::bench::move_buffer(&gpu, problem, buffer, placement as usize)?;
+                        let m = crate::measure::bench::move_buffer(
+                            &gpu,
+                            problem,
+                            buffer,
+                            placement as usize,
+                        )?;
                         (_moved.insert(m).params, problem.split)
                     }
                     (Some(problem), _) => (problem.params, problem.split),
                     (None, _) => {
-                        let spacer = crate::bench::placement_spacer(&gpu, placement as usize)?;
-                        let problem =
-                            crate::problem::Problem::new(&gpu, &support, &spec, &case, 0x5eed)?;
+                        let spacer =
+                            crate::measure::bench::placement_spacer(&gpu, placement as usize)?;
+                        let problem = crate::measure::problems::Problem::new(
+                            &gpu, &support, &spec, &case, 0x5eed,
+                        )?;
                         let problem = &_own.insert((spacer, problem)).1;
                         (problem.params, problem.split)
                     }
@@ -1498,7 +1507,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     };
                     let kernel =
                         FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
-                    let times = crate::bench::time_kernel(
+                    let times = crate::measure::bench::time_kernel(
                         &gpu,
                         &kernel,
                         &params,
@@ -1513,7 +1522,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                     } else {
                         format!("{base}:{config}")
                     };
-                    let row = crate::bench::row(
+                    let row = crate::measure::bench::row(
                         &spec,
                         &cell,
                         &times,
@@ -1522,7 +1531,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                         built.is_default,
                         &backend,
                     );
-                    let row = crate::bench::Row { placement, ..row };
+                    let row = crate::measure::bench::Row { placement, ..row };
                     println!(
                         "{:>7} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}{}",
                         fa4_spec::head_dims_name(row.hdim, row.hdim_v),
@@ -1557,7 +1566,7 @@ fn bench_cmd(a: BenchArgs, quiet: bool) -> CliResult {
                         bucket,
                     ));
                     if winner(built) || (a.db.is_some() && built.is_default && untuned) {
-                        rows.push(crate::bench::Row {
+                        rows.push(crate::measure::bench::Row {
                             backend: format!("{base}-tuned"),
                             ..row.clone()
                         });

@@ -13,11 +13,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::{check_build, compile_pool, load_nvrtc, parse_list, CliError, CliResult, SpecArgs};
 use crate::compile::{self, BuildDir, BuildSummary, Reporter};
 use crate::db::{Device, Outcome, TuningDb};
-use crate::gpu::Gpu;
+use crate::measure::gpu::Gpu;
 use crate::render::Renderer;
 use crate::space::{self, Template};
 use crate::tune::{self, GpuMeasurer, Key, Progress, TuneKernel};
-use crate::verify;
 
 #[derive(Debug, Args)]
 pub struct TuneArgs {
@@ -121,9 +120,13 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
     let jobs = pool.current_num_threads();
     let support = match &gpu {
         Some(gpu) => {
-            let path = verify::build_support(&nvrtc, renderer.templates(), &dir, arch)
-                .map_err(CliError::Failed)?;
-            Some(verify::Support::load(gpu, &std::fs::read(path)?)?)
+            let path =
+                crate::measure::support::build_support(&nvrtc, renderer.templates(), &dir, arch)
+                    .map_err(CliError::Failed)?;
+            Some(crate::measure::support::Support::load(
+                gpu,
+                &std::fs::read(path)?,
+            )?)
         }
         None => None,
     };

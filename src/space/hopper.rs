@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use fa4_spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
 use serde_json::{json, Value};
 
+use super::switches::*;
 use super::{twins, Footprint, RejectKind, Rejection};
 
 /// Head dims the template builds. Its tiles hold whole 64-column blocks (the 128-byte
@@ -37,46 +38,6 @@ pub(super) const HELD_BACK_HEAD_DIMS: &[(u32, u32)] = &[(96, 96)];
 fn padded(head_dim: u32) -> u32 {
     head_dim.div_ceil(64) * 64
 }
-
-/// Switch: pack the query heads that share a KV head into one block's rows (as the
-/// portable template's).
-pub const PACK_GQA: &str = super::portable::PACK_GQA;
-
-/// Switch: the warp-specialised schedule (`kernel_ws.cuh`): a producer warpgroup loads
-/// Q and K/V into mbarrier-guarded slots, the others compute.
-pub const WARP_SPECIALIZED: &str = "ws";
-/// Switch (warp-specialised): the consumers issue their GEMMs in turn, so one's softmax
-/// runs under the others' GEMMs.
-pub const PINGPONG: &str = "pingpong";
-/// Switch (warp-specialised): issue QK(j) and PV(j - 1) together, softmax(j) under PV(j - 1).
-pub const OVERLAP: &str = "overlap";
-/// Switch (warp-specialised): a persistent grid whose blocks walk the work tiles, so the
-/// producer loads the next tile's Q and K/V while the consumers finish this one.
-pub const PERSISTENT: &str = "persistent";
-/// Switch (warp-specialised): FA4's lazy rescaling, O rescaled only when a row's max
-/// grows by more than 2^8 (without it, whenever a row's max grows at all).
-pub const LAZY_RESCALE: &str = "lazy";
-/// Switch (warp-specialised): FA4's exp2 emulation, every k-th 8-column fragment of P
-/// exponentiated by a polynomial on the FMA pipes instead of the MUFU (value k; 0 off).
-pub const EXP2_EMU: &str = "exp2emu";
-
-/// Switch (bf16 soft-capped specs, warp-specialised tiles): the exponent's offset fixed
-/// by the cap instead of each row's running max (`portable::CAP_OFFSET`'s reasoning;
-/// `hopper/fragments.cuh`). Set only when on.
-pub const CAP_OFFSET: &str = super::portable::CAP_OFFSET;
-/// Switch (pingpong): the consumers take turns at the MUFU (around each block's
-/// exponentials) instead of at the tensor cores (around each GEMM issue).
-pub const MUFU_TURNS: &str = "mufuturn";
-/// Switch (masked tiles with turns at the MUFU and no half first block, value 1): a
-/// consumer that sees none of its tile's first key block (the first of two consumers under
-/// causal's diagonal with 64- or 80-key blocks) skips that block's GEMMs and softmax and
-/// only takes and passes its turn at the MUFU, which keeps the pair's softmaxes in turn.
-pub const HIDDEN_FIRST: &str = "hidden";
-/// Switch (unmasked warp-specialised TMA tiles, one block per tile): blocks per cluster
-/// along m (value 2; 0 off). The cluster's blocks hold consecutive m-blocks of one head,
-/// so they read the same K/V tiles: each loads a share of every tile and multicasts it
-/// into both, halving the K/V reads from L2 (FA3 clusters its d128+ unmasked tiles so).
-pub const CLUSTER: &str = "cluster";
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
 const BLOCK_N: &[u32] = &[64, 128, 176];

@@ -8,14 +8,7 @@
 mod hopper;
 mod portable;
 
-/// The names of the tile switches a config may carry (`TileConfig::switches`).
-pub mod switches {
-    pub use super::hopper::{
-        EXP2_EMU, HIDDEN_FIRST, LAZY_RESCALE, MUFU_TURNS, OVERLAP, PERSISTENT, PINGPONG,
-        WARP_SPECIALIZED,
-    };
-    pub use super::portable::{CAP_OFFSET, MIN_BLOCKS, PACK_GQA, STAGGER};
-}
+pub mod switches;
 
 use std::fmt;
 

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use fa4_spec::{Arch, Dtype, KernelSpec, MaskKind, TileConfig};
 use serde_json::{json, Value};
 
+use super::switches::*;
 use super::{Footprint, RejectKind, Rejection};
 
 pub(super) const HEAD_DIMS: &[(u32, u32)] =
@@ -15,61 +16,6 @@ pub(super) const HEAD_DIMS: &[(u32, u32)] =
 /// Switch: load Q's MMA fragments into registers once instead of re-reading shared
 /// memory every key block (fewer shared-memory reads, more registers).
 const Q_IN_REGS: &str = "qregs";
-
-/// Switch: pad shared-memory rows instead of swizzling them (head dims that are
-/// multiples of 64 swizzle by default; others are always padded). Set only when on.
-pub const PADDED: &str = "pad";
-
-/// Switch: pack the query heads that share a KV head into the rows of one block
-/// (FlashAttention's pack-GQA). Short query sequences then still fill 64- or 128-row
-/// tiles, and each K/V tile loaded serves the whole group. Set only when on, so configs
-/// without it keep their names.
-pub const PACK_GQA: &str = "packgqa";
-
-/// Switch (causal and local masks): on the key blocks that cross a mask edge, a warp
-/// whose rows see none of the block's keys skips its GEMMs and softmax. It costs a
-/// branch that splits the loop body, so it is a switch the measurements decide (faster
-/// for d128 causal at short lengths, slower for d64; `bench/NOTES.md`). Set only when on.
-pub const WARP_SKIP: &str = "warpskip";
-
-/// Switch: FA4's lazy rescaling (`portable/softmax.cuh`): a warp rescales O only when a
-/// row's max grows by more than 2^8, which saves one FMUL per accumulator on most key
-/// blocks at a vote per block. Set only when on.
-pub const LAZY: &str = "lazy";
-
-/// Switch (soft-capped specs): relieve the MUFU. FA4's exp2 emulation, every k-th
-/// 8-column fragment of P exponentiated by a polynomial on the FMA pipes instead of the
-/// MUFU (value k; absent: none), and the cap's multiply folded into the exponent's FMA.
-/// The tanh of soft-capping is a second MUFU op per score, but relieving the MUFU bought
-/// nothing at d64 (`bench/NOTES.md`): offered by `check()`, not enumerated.
-pub const EXP2_EMU: &str = super::hopper::EXP2_EMU;
-
-/// Switch: the blocks per SM the kernel's registers must leave room for
-/// (`__launch_bounds__`' second argument; absent: 1, and ptxas takes up to 255). At 1 a
-/// 16-rows-per-warp d64 tile takes 130 to 190 registers, so one block of 8 warps or
-/// three of 4 share an SM; capped at 128 most compile without spills, with twice the
-/// warps. Measured (`bench/NOTES.md`): the tuner picks them on short sequences (128 to
-/// 512 tokens, up to 1.11x), where a small grid leaves SMs short of blocks, and never
-/// from 1024 on, where 32 rows a warp win. Where the cap spills, the resource report
-/// prunes the config. Set only when above 1.
-pub const MIN_BLOCKS: &str = "minblocks";
-
-/// Switch: the staggered schedule (`portable/kernel.cuh`), for warps of two m-tiles
-/// (32 rows): each m-tile is multiplied, soft-capped, masked and exponentiated in turn,
-/// and V is waited for with K, so that one m-tile's softmax and the other's GEMMs are
-/// independent work in one basic block for ptxas to interleave; a block that needs a
-/// mask runs its own copy of the body. Needs a K/V ring (2 stages or more) and no warp
-/// skipping; offered on soft-capped specs (measured in `bench/NOTES.md`). Set only when
-/// on.
-pub const STAGGER: &str = "stagger";
-
-/// Switch (bf16 soft-capped specs): the exponent's offset fixed by the cap. A
-/// soft-capped score is at most the cap, so one offset per launch keeps every p normal
-/// and below 2^48 (`portable/softmax.cuh`): the row max, its shuffles and O's rescale
-/// go, and each score's tanh and exp2 are independent of the others'. Caps above 51.9
-/// take the max-offset path that the kernel also holds; fp16's P would overflow. Set
-/// only when on.
-pub const CAP_OFFSET: &str = "capoffset";
 
 /// The register file of one SM on every arch the portable template compiles for, in
 /// 32-bit registers.
@@ -88,16 +34,16 @@ const PAD_ROWS: u32 = 2;
 const SKIPPING: u32 = 3;
 
 /// Or-ed onto any `q_in_regs` argument of [`config`]: the config rescales lazily.
-const LAZY_RESCALE: u32 = 8;
+const LAZY_BIT: u32 = 8;
 
 /// A config; `q_in_regs` 0 or 1 sets that switch, [`PAD_ROWS`] picks padded rows instead
-/// and [`SKIPPING`] warp skipping; [`LAZY_RESCALE`] or-ed onto either adds lazy rescaling.
+/// and [`SKIPPING`] warp skipping; [`LAZY_BIT`] or-ed onto either adds lazy rescaling.
 fn config(block_m: u32, warps: u32, block_n: u32, stages: u32, q_in_regs: u32) -> TileConfig {
-    let lazy = q_in_regs & LAZY_RESCALE != 0;
-    let q_in_regs = q_in_regs & !LAZY_RESCALE;
+    let lazy = q_in_regs & LAZY_BIT != 0;
+    let q_in_regs = q_in_regs & !LAZY_BIT;
     let mut switches = BTreeMap::from([(Q_IN_REGS.to_string(), q_in_regs.min(1))]);
     if lazy {
-        switches.insert(LAZY.to_string(), 1);
+        switches.insert(LAZY_RESCALE.to_string(), 1);
     }
     if q_in_regs == PAD_ROWS || q_in_regs == SKIPPING {
         switches.insert(Q_IN_REGS.to_string(), 0);
@@ -170,7 +116,7 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
                         warps,
                         block_n,
                         stages,
-                        q_in_regs | LAZY_RESCALE,
+                        q_in_regs | LAZY_BIT,
                     ));
                 }
             }
@@ -214,14 +160,16 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
         spec.features.softcap
             && c.stages >= 2
             && c.block_m / c.warps == 32
-            && c.switches.keys().all(|k| k == Q_IN_REGS || k == LAZY)
+            && c.switches
+                .keys()
+                .all(|k| k == Q_IN_REGS || k == LAZY_RESCALE)
     });
     // The cap's fixed offset (bf16 soft-capped specs): twins of the plain, lazy and
     // staggered tiles.
     push_twins(&mut out, spec, CAP_OFFSET, |c| {
         c.switches
             .keys()
-            .all(|k| k == Q_IN_REGS || k == LAZY || k == STAGGER)
+            .all(|k| k == Q_IN_REGS || k == LAZY_RESCALE || k == STAGGER)
     });
     // (Exp2 emulation, EXP2_EMU, is offered by check() and rendered but not enumerated:
     // on d64's soft-capped tiles it ran 0.99 to 1.00x its twin at k = 8, 0.96 to 1.00x
@@ -440,7 +388,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     // d128 causal gains at 512 only (1.10x) and loses 3% from 4096 on, d64, d192 and
     // d256 lose: theirs stay off, the tuner decides per length
     // (`bench/results/2026-11-30-h200-{d3226a7-warpskip,99f8474}-*`, `tuning-db/`).
-    // LAZY_RESCALE on d128's 128x64 tile: 1.04 to 1.11x unmasked, 1.00 to 1.03x causal
+    // LAZY_BIT on d128's 128x64 tile: 1.04 to 1.11x unmasked, 1.00 to 1.03x causal
     // (padded: the swizzled lazy tile spills there), and its plain twin now spills
     // (`bench/results/2026-12-03-h200-7a6e420-dirty-portable-lazy-ab-*`).
     let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
@@ -456,8 +404,8 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
         (..=96, _, _) => &[],
         (..=128, MaskKind::Local, false) => &[(128, 4, 64, 2, SKIPPING)],
         (..=128, MaskKind::Local, true) => &[],
-        (..=128, MaskKind::None, false) => &[(128, 4, 64, 1, LAZY_RESCALE)],
-        (..=128, _, false) => &[(128, 4, 64, 1, PAD_ROWS | LAZY_RESCALE)],
+        (..=128, MaskKind::None, false) => &[(128, 4, 64, 1, LAZY_BIT)],
+        (..=128, _, false) => &[(128, 4, 64, 1, PAD_ROWS | LAZY_BIT)],
         (..=128, _, true) => &[(128, 4, 64, 1, PAD_ROWS)],
         // d192 (its 128x128 tile spills): 128x64 over 8 warps; without skipping, which
         // cost 18% there. With softcap d256's causal pick, padded (swizzled it spills).
@@ -578,7 +526,7 @@ pub(super) fn render_values(
             "warp_skip",
             json!(c.switch(WARP_SKIP, 0) == 1 && spec.mask != MaskKind::None),
         ),
-        ("lazy", json!(c.switch(LAZY, 0) == 1)),
+        ("lazy", json!(c.switch(LAZY_RESCALE, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("min_blocks", json!(c.switch(MIN_BLOCKS, 1))),
         ("stagger", json!(c.switch(STAGGER, 0) == 1)),
@@ -655,25 +603,28 @@ mod tests {
     fn lazy_rescaling_is_a_twin_of_the_plain_tiles() {
         let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
         let all = candidates(&spec);
-        let lazy: Vec<_> = all.iter().filter(|c| c.switch(LAZY, 0) == 1).collect();
+        let lazy: Vec<_> = all
+            .iter()
+            .filter(|c| c.switch(LAZY_RESCALE, 0) == 1)
+            .collect();
         assert_eq!(lazy.len(), 46);
         // Every lazy config is a plain one with the switch on: no lazy-only shape.
         for c in &lazy {
             let mut plain = (*c).clone();
-            plain.switches.remove(LAZY);
+            plain.switches.remove(LAZY_RESCALE);
             assert!(all.contains(&plain), "{c:?} has no plain twin");
         }
         // Padded lazy twins only where rows could be swizzled instead.
         let d96 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 96, MaskKind::None);
         assert!(candidates(&d96)
             .iter()
-            .all(|c| c.switch(LAZY, 0) == 0 || c.switch(PADDED, 0) == 0));
+            .all(|c| c.switch(LAZY_RESCALE, 0) == 0 || c.switch(PADDED, 0) == 0));
         // d128's default rescales lazily, and the rendered kernel is told so; plain
         // configs render `lazy = false`, so their source (and machine code) is unchanged.
         for mask in [MaskKind::None, MaskKind::Causal] {
             let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, mask);
             let c = default_config(&spec);
-            assert_eq!(c.switch(LAZY, 0), 1, "{mask:?}");
+            assert_eq!(c.switch(LAZY_RESCALE, 0), 1, "{mask:?}");
             let values = render_values(&spec, &c, &check(&spec, &c).unwrap());
             assert!(values.contains(&("lazy", json!(true))));
         }
@@ -725,7 +676,9 @@ mod tests {
             let mut base = (*c).clone();
             base.switches.remove(STAGGER);
             assert!(
-                base.switches.keys().all(|k| k == Q_IN_REGS || k == LAZY),
+                base.switches
+                    .keys()
+                    .all(|k| k == Q_IN_REGS || k == LAZY_RESCALE),
                 "{c:?}"
             );
             assert!(all.contains(&base), "{c:?} has no twin without the switch");
@@ -769,13 +722,13 @@ mod tests {
                 c.switch(CAP_OFFSET, 0) == 0
                     && c.switches
                         .keys()
-                        .all(|k| k == Q_IN_REGS || k == LAZY || k == STAGGER)
+                        .all(|k| k == Q_IN_REGS || k == LAZY_RESCALE || k == STAGGER)
             })
             .count();
         // One twin per such tile (every one passes check), none of other switches.
         assert_eq!(fixed.len(), bases);
         assert!(fixed.iter().any(|c| c.switch(STAGGER, 0) == 1));
-        assert!(fixed.iter().any(|c| c.switch(LAZY, 0) == 1));
+        assert!(fixed.iter().any(|c| c.switch(LAZY_RESCALE, 0) == 1));
         for c in &fixed {
             let mut base = (*c).clone();
             base.switches.remove(CAP_OFFSET);
@@ -847,7 +800,7 @@ mod tests {
     fn cap_offset_bounds_keep_p_normal_and_finite() {
         // The constants the kernels use, read from the templates: the portable softmax and
         // the Hopper fragments keep their own copies, which must agree.
-        let templates = crate::templates::TemplateSet::embedded();
+        let templates = crate::render::templates::TemplateSet::embedded();
         let constant = |header: &str, name: &str| -> f64 {
             let (_, text) = templates
                 .headers()

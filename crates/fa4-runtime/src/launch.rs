@@ -16,11 +16,11 @@ use cudarc::driver::sys::{
     self, CUcontext, CUdevice_attribute, CUfunction, CUfunction_attribute, CUmodule, CUresult,
     CUstream,
 };
-use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams, MaskKind};
+use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams};
 
 use crate::checks::{check_problem_for, ProblemError};
 use crate::grid::{check_split_workspace, launch_grid, SplitWorkspace};
-use crate::select::{KernelCache, Query, Reason, SelectError};
+use crate::select::{mask_of, KernelCache, Query, Reason, SelectError};
 use crate::tma::TmaFwdParams;
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
@@ -40,33 +40,6 @@ pub struct PrefillArgs {
     /// A split workspace (`gpu::SplitWorkspace`), or None: with one, an unmasked
     /// persistent kernel on a dense batch shares out its last tiles by keys.
     pub split: Option<SplitWorkspace>,
-}
-
-/// The mask FlashAttention's `(causal, window_size)` stands for, with the window it
-/// keeps: a causal call caps the right side at 0; a side that reaches past every key
-/// (left >= max_seqlen_k, right >= max_seqlen_q - 1) is unbounded, so `(-1, 0)` serves the
-/// causal kernel and `(-1, -1)` the unmasked one.
-pub fn mask_of(
-    causal: bool,
-    window: (i32, i32),
-    max_seqlen_q: i32,
-    max_seqlen_k: i32,
-) -> (MaskKind, (i32, i32)) {
-    let (mut left, mut right) = window;
-    if causal {
-        right = 0;
-    }
-    if left < 0 || left >= max_seqlen_k {
-        left = -1;
-    }
-    if right < 0 || (right > 0 && right >= max_seqlen_q - 1) {
-        right = -1;
-    }
-    match (left, right) {
-        (-1, -1) => (MaskKind::None, (-1, -1)),
-        (-1, 0) => (MaskKind::Causal, (-1, -1)),
-        w => (MaskKind::Local, w),
-    }
 }
 
 impl PrefillArgs {

@@ -24,8 +24,8 @@ pub use grid::{
     causal_section_pairs, check_split_workspace, launch_grid, max_split_workspace_bytes,
     split_tail, split_workspace_bytes, SplitWorkspace, SPLIT_COUNTER_BYTES, SPLIT_MIN_KEYS,
 };
-pub use launch::{cubin_sm, driver_message, mask_of, PrefillArgs, PrefillError, Runtime};
-pub use select::{CacheError, KernelCache, Query, Reason, SelectError, Selected};
+pub use launch::{cubin_sm, driver_message, PrefillArgs, PrefillError, Runtime};
+pub use select::{mask_of, CacheError, KernelCache, Query, Reason, SelectError, Selected};
 pub use tma::TmaFwdParams;
 
 #[cfg(test)]

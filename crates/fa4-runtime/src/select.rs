@@ -17,8 +17,6 @@ use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind};
 use fa4_spec::manifest::{KernelEntry, Manifest, MANIFEST_FILE, MANIFEST_FORMAT};
 use fa4_spec::Bucket;
 
-use crate::launch::mask_of;
-
 /// What the dispatcher needs to know about a prefill call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Query {
@@ -72,6 +70,33 @@ impl Query {
             mask: self.mask,
             features: self.features,
         }
+    }
+}
+
+/// The mask FlashAttention's `(causal, window_size)` stands for, with the window it
+/// keeps: a causal call caps the right side at 0; a side that reaches past every key
+/// (left >= max_seqlen_k, right >= max_seqlen_q - 1) is unbounded, so `(-1, 0)` serves the
+/// causal kernel and `(-1, -1)` the unmasked one.
+pub fn mask_of(
+    causal: bool,
+    window: (i32, i32),
+    max_seqlen_q: i32,
+    max_seqlen_k: i32,
+) -> (MaskKind, (i32, i32)) {
+    let (mut left, mut right) = window;
+    if causal {
+        right = 0;
+    }
+    if left < 0 || left >= max_seqlen_k {
+        left = -1;
+    }
+    if right < 0 || (right > 0 && right >= max_seqlen_q - 1) {
+        right = -1;
+    }
+    match (left, right) {
+        (-1, -1) => (MaskKind::None, (-1, -1)),
+        (-1, 0) => (MaskKind::Causal, (-1, -1)),
+        w => (MaskKind::Local, w),
     }
 }
 

@@ -1,25 +1,5 @@
 use super::*;
-
-#[test]
-fn flash_attention_windows_map_to_masks() {
-    let m = |causal, w| mask_of(causal, w, 1000, 2000);
-    assert_eq!(m(false, (-1, -1)), (MaskKind::None, (-1, -1)));
-    assert_eq!(m(true, (-1, -1)), (MaskKind::Causal, (-1, -1)));
-    // causal caps the right side; (-1, 0) is causal.
-    assert_eq!(m(true, (128, 7)), (MaskKind::Local, (128, 0)));
-    assert_eq!(m(false, (-1, 0)), (MaskKind::Causal, (-1, -1)));
-    assert_eq!(m(false, (128, 0)), (MaskKind::Local, (128, 0)));
-    assert_eq!(m(false, (-1, 5)), (MaskKind::Local, (-1, 5)));
-    // Negative sides are unbounded, as in FlashAttention.
-    assert_eq!(m(false, (-7, -3)), (MaskKind::None, (-1, -1)));
-    // A side past every key is unbounded: left >= max_seqlen_k, right >=
-    // max_seqlen_q - 1 (the first query then sees the last key).
-    assert_eq!(m(false, (2000, 0)), (MaskKind::Causal, (-1, -1)));
-    assert_eq!(m(false, (1999, 0)), (MaskKind::Local, (1999, 0)));
-    assert_eq!(m(false, (5, 999)), (MaskKind::Local, (5, -1)));
-    assert_eq!(m(false, (5, 998)), (MaskKind::Local, (5, 998)));
-    assert_eq!(m(false, (4096, 4096)), (MaskKind::None, (-1, -1)));
-}
+use fa4_spec::MaskKind;
 
 #[test]
 fn arguments_resolve_to_the_spec_they_need() {

@@ -20,13 +20,14 @@ use std::time::{Duration, Instant};
 
 use fa4_spec::{Features, KernelSpec, MaskKind, TileConfig};
 
-use crate::bench::{self, Cell, L2Flush};
 use crate::compile::BuiltKernel;
 use crate::db::{Candidate, DbError, Device, Outcome, Record, TimingPolicy, TuningDb};
-use crate::gpu::{FwdKernel, Gpu, GpuError};
-use crate::problem::{attention_flops, Case, Problem};
+use crate::measure::bench::{self, Cell, L2Flush};
+use crate::measure::gpu::{FwdKernel, Gpu, GpuError};
+use crate::measure::problems::{attention_flops, Case, Problem};
+use crate::measure::support::Support;
+use crate::measure::verify;
 use crate::space::Template;
-use crate::verify::{self, Support};
 use fa4_spec::Bucket;
 
 /// The problem timed for a bucket: the FlashAttention-3 paper's shapes (16384 tokens,

@@ -5,13 +5,15 @@
 //! kernel's id hashes its template together with every header the template includes,
 //! so an edited header can never hide behind a stale cubin.
 
+pub mod templates;
+
 use std::collections::BTreeMap;
 
 use fa4_spec::{Arch, Fnv1a64};
 use serde::{Deserialize, Serialize};
 
+use crate::render::templates::{TemplateError, TemplateSet};
 use crate::space::{Candidate, Footprint, Template, TemplateSpace};
-use crate::templates::{TemplateError, TemplateSet};
 
 /// NVRTC flags for an arch. They are part of a kernel's identity: its id hashes them,
 /// so a changed flag can never reuse an old cubin.

@@ -11,8 +11,8 @@ use cudarc::driver::CudaSlice;
 use fa4_spec::{fnv1a64, Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::gpu::{Gpu, GpuError};
-use crate::verify::Support;
+use crate::measure::gpu::{Gpu, GpuError};
+use crate::measure::support::Support;
 use fa4_runtime::{max_split_workspace_bytes, SplitWorkspace};
 
 /// One problem shape.

@@ -8,21 +8,17 @@
 
 use std::path::Path;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
-use fa4_spec::{fnv1a64, Arch, Dtype, KernelSpec, MaskKind};
+use cudarc::driver::PushKernelArg;
+use fa4_spec::{Dtype, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::compile::{BuildDir, BuiltKernel};
+use crate::compile::BuiltKernel;
 use crate::fsutil::write_atomic;
-use crate::gpu::{driver, FwdKernel, Gpu, GpuError, ParamsArg};
-use crate::problem::Problem;
-pub use crate::problem::{attention_flops, Case};
-use crate::render::nvrtc_options;
-use crate::templates::TemplateSet;
+use crate::measure::gpu::{driver, FwdKernel, Gpu, GpuError, ParamsArg};
+use crate::measure::problems::Problem;
+pub use crate::measure::problems::{attention_flops, Case};
+use crate::measure::support::{grid_for, Support};
 use fa4_runtime::{launch_grid, split_tail, SPLIT_COUNTER_BYTES};
-
-/// Source of the checking kernels, under `templates/`.
-pub const SUPPORT_SOURCE: &str = "reference/verify.cu";
 
 const O_POISON: u32 = 0xffff; // NaN in bf16 and in fp16
 const O_GUARD: u32 = 0x5a5a;
@@ -164,96 +160,6 @@ pub struct CaseResult {
     pub tflops: Option<f64>,
     pub passed: bool,
     pub failure: Option<String>,
-}
-
-/// The checking kernels, loaded.
-pub struct Support {
-    _module: std::sync::Arc<cudarc::driver::CudaModule>,
-    fill_normal: cudarc::driver::CudaFunction,
-    fill_output: cudarc::driver::CudaFunction,
-    fill_u32: cudarc::driver::CudaFunction,
-    reference: cudarc::driver::CudaFunction,
-    compare_output: cudarc::driver::CudaFunction,
-    compare_lse: cudarc::driver::CudaFunction,
-}
-
-/// Build-folder path of the checking kernels' cubin; its name carries the hash of the
-/// source, headers and flags, so a stale one is never picked up.
-pub fn support_cubin_rel(templates: &TemplateSet, arch: Arch) -> String {
-    let hash = templates.template_hash(SUPPORT_SOURCE).unwrap_or_default();
-    let tag = fnv1a64(format!("{hash}{}", nvrtc_options(arch).join(" ")).as_bytes());
-    format!("cubin/{arch}/fa4_verify_{:010x}.cubin", tag >> 24)
-}
-
-/// Compiles the checking kernels for `arch` into the build folder (if not already there).
-pub fn build_support(
-    nvrtc: &crate::compile::Nvrtc,
-    templates: &TemplateSet,
-    dir: &BuildDir,
-    arch: Arch,
-) -> Result<std::path::PathBuf, String> {
-    let path = dir.path(&support_cubin_rel(templates, arch));
-    if path.is_file() {
-        return Ok(path);
-    }
-    let source = templates
-        .get(SUPPORT_SOURCE)
-        .ok_or("verify.cu missing from the templates")?;
-    let headers: Vec<(&str, &str)> = templates.headers().collect();
-    let out = nvrtc
-        .compile(SUPPORT_SOURCE, source, &headers, &nvrtc_options(arch))
-        .map_err(|e| e.to_string())?
-        .map_err(|f| f.to_string())?;
-    write_atomic(&path, &out.cubin).map_err(|e| e.to_string())?;
-    Ok(path)
-}
-
-impl Support {
-    /// Fills `buf` with standard normal samples in the dtype (bf16 or fp16).
-    pub fn fill_normal(
-        &self,
-        gpu: &Gpu,
-        buf: &CudaSlice<u16>,
-        seed: u64,
-        bf16: bool,
-    ) -> Result<(), GpuError> {
-        let n = buf.len() as u64;
-        let is_bf16 = bf16 as i32;
-        // SAFETY: fill_normal(u16*, u64, u64, int) over a buffer of n elements.
-        unsafe {
-            gpu.stream()
-                .launch_builder(&self.fill_normal)
-                .arg(buf)
-                .arg(&n)
-                .arg(&seed)
-                .arg(&is_bf16)
-                .launch(grid_for(buf.len()))
-        }
-        .map(|_| ())
-        .map_err(driver("cuLaunchKernel(fill_normal)"))
-    }
-
-    pub fn load(gpu: &Gpu, cubin: &[u8]) -> Result<Self, GpuError> {
-        let module = gpu.load_module(cubin)?;
-        let f = |name: &str| gpu.function(&module, name, 0);
-        Ok(Support {
-            fill_normal: f("fill_normal")?,
-            fill_output: f("fill_output_pattern")?,
-            fill_u32: f("fill_u32")?,
-            reference: f("reference_attention")?,
-            compare_output: f("compare_output")?,
-            compare_lse: f("compare_lse")?,
-            _module: module,
-        })
-    }
-}
-
-fn grid_for(n: usize) -> cudarc::driver::LaunchConfig {
-    cudarc::driver::LaunchConfig {
-        grid_dim: ((n.div_ceil(256)).clamp(1, 4096) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 /// Checks one kernel on one case.
@@ -491,7 +397,7 @@ fn judge(r: &CaseResult) -> Option<String> {
 pub struct VerifyReport {
     pub date: String,
     pub commit: String,
-    pub device: crate::gpu::DeviceInfo,
+    pub device: crate::measure::gpu::DeviceInfo,
     pub results: Vec<CaseResult>,
 }
 
@@ -505,6 +411,7 @@ pub fn write_json(path: &Path, report: &VerifyReport) -> Result<(), crate::fsuti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fa4_spec::Arch;
 
     fn result(spec: KernelSpec) -> CaseResult {
         CaseResult {

@@ -10,8 +10,8 @@ use cudarc::driver::CudaSlice;
 use fa4_spec::{Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::gpu::{driver, FwdKernel, Gpu, GpuError};
-use crate::problem::{attention_flops, Case};
+use crate::measure::gpu::{driver, FwdKernel, Gpu, GpuError};
+use crate::measure::problems::{attention_flops, Case};
 use fa4_runtime::SplitWorkspace;
 
 /// One cell of a benchmark grid.
@@ -276,7 +276,7 @@ pub struct MovedBuffer {
 
 pub fn move_buffer(
     gpu: &Gpu,
-    problem: &crate::problem::Problem,
+    problem: &crate::measure::problems::Problem,
     buffer: Buffer,
     placement: usize,
 ) -> Result<MovedBuffer, GpuError> {
