@@ -14,7 +14,6 @@
 //! (`generated/`) from its export, and `runtime` is the dispatcher that reads it. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
 
 pub mod cache;
-pub mod cli;
 pub mod compile;
 pub mod db;
 pub mod fsutil;

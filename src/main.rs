@@ -1,3 +1,5 @@
+mod cli;
+
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -12,6 +14,6 @@ fn main() -> ExitCode {
     // Before any thread and before the CUDA driver starts: every compile must run ptxas
     // and print its resource report (bench/NOTES.md, the compute cache).
     fa4_gen::compile::nvrtc::disable_compute_cache();
-    let cli = fa4_gen::cli::Cli::parse();
-    fa4_gen::cli::run(cli)
+    let cli = cli::Cli::parse();
+    cli::run(cli)
 }

@@ -7,11 +7,11 @@ use clap::Args;
 use fa4_spec::{Arch, Dtype, Features, MaskKind, TileConfig};
 
 use super::{compile_pool, load_nvrtc, parse_list, CliError, CliResult};
-use crate::cache;
-use crate::db::{parse_export, Record, MIN_GAIN, MIN_GAIN_SCREENED};
-use crate::render::Renderer;
-use crate::runtime::{KernelCache, Query, Reason};
-use crate::space::{switches, Footprint};
+use fa4_gen::cache;
+use fa4_gen::db::{parse_export, Record, MIN_GAIN, MIN_GAIN_SCREENED};
+use fa4_gen::render::Renderer;
+use fa4_gen::runtime::{KernelCache, Query, Reason};
+use fa4_gen::space::{switches, Footprint};
 
 #[derive(Debug, Args)]
 pub struct BuildCacheArgs {
@@ -86,7 +86,7 @@ pub struct ExplainArgs {
     pub json: bool,
 }
 
-pub(super) fn build_cache_cmd(a: BuildCacheArgs, quiet: bool) -> CliResult {
+pub(super) fn build_cache(a: BuildCacheArgs, quiet: bool) -> CliResult {
     let mut archs: Vec<Arch> = parse_list(&a.arch)?;
     if archs.is_empty() {
         archs = Arch::ALL.to_vec();
@@ -260,7 +260,7 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
     parts.join(", ")
 }
 
-pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
+pub(super) fn explain(a: ExplainArgs) -> CliResult {
     let usage = |e: fa4_spec::ParseError| CliError::Usage(e.to_string());
     let arch: Arch = a.arch.parse().map_err(usage)?;
     let dtype: Dtype = a.dtype.parse().map_err(usage)?;
@@ -338,7 +338,7 @@ pub(super) fn explain_cmd(a: ExplainArgs) -> CliResult {
         }
     };
     let k = s.kernel;
-    let note = crate::space::held_back_template(&k.spec).map(|t| {
+    let note = fa4_gen::space::held_back_template(&k.spec).map(|t| {
         format!(
             "the {t} template builds this head dim but the {} template serves it until the \
              {t} kernels are tuned and timed ahead (bench/headdim_check.sh run)",

@@ -1,6 +1,6 @@
 //! `fa4-gen tune`: compiles the candidates of one spec after another on a background
 //! thread (rayon inside) while the GPU checks and times the previous spec's kernels, and
-//! keeps every outcome in the tuning database (`crate::tune` does the measuring loop).
+//! keeps every outcome in the tuning database (`fa4_gen::tune` does the measuring loop).
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -11,12 +11,12 @@ use fa4_spec::{Arch, KernelSpec, TileConfig};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{check_build, compile_pool, load_nvrtc, parse_list, CliError, CliResult, SpecArgs};
-use crate::compile::{self, BuildDir, BuildSummary, Reporter};
-use crate::db::{Device, Outcome, TuningDb};
-use crate::measure::gpu::Gpu;
-use crate::render::Renderer;
-use crate::space::{self, Template};
-use crate::tune::{self, GpuMeasurer, Key, Progress, TuneKernel};
+use fa4_gen::compile::{self, BuildDir, BuildSummary, Reporter};
+use fa4_gen::db::{Device, Outcome, TuningDb};
+use fa4_gen::measure::gpu::Gpu;
+use fa4_gen::render::Renderer;
+use fa4_gen::space::{self, Template};
+use fa4_gen::tune::{self, GpuMeasurer, Key, Progress, TuneKernel};
 
 #[derive(Debug, Args)]
 pub struct TuneArgs {
@@ -62,13 +62,13 @@ pub struct TuneArgs {
 }
 
 /// One spec's build, handed from the compile thread to the GPU loop.
-struct Built {
+pub(super) struct Built {
     template: Template,
     spec: KernelSpec,
     summary: Result<BuildSummary, compile::BuildError>,
 }
 
-pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
+pub(super) fn run(a: TuneArgs, quiet: bool) -> CliResult {
     let quiet = quiet || a.json;
     let archs: Vec<Arch> = parse_list(&a.spec.arch)?;
     let [arch] = archs[..] else {
@@ -114,16 +114,16 @@ pub(super) fn tune_cmd(a: TuneArgs, quiet: bool) -> CliResult {
     let deadline = deadline.map(|d| started + d);
     let renderer = Renderer::embedded()?;
     let dir = BuildDir::new(&a.build_dir);
-    crate::fsutil::ensure_writable_dir(dir.root())?;
+    fa4_gen::fsutil::ensure_writable_dir(dir.root())?;
     let nvrtc = load_nvrtc(quiet)?;
     let pool = compile_pool(a.jobs)?;
     let jobs = pool.current_num_threads();
     let support = match &gpu {
         Some(gpu) => {
             let path =
-                crate::measure::support::build_support(&nvrtc, renderer.templates(), &dir, arch)
+                fa4_gen::measure::support::build_support(&nvrtc, renderer.templates(), &dir, arch)
                     .map_err(CliError::Failed)?;
-            Some(crate::measure::support::Support::load(
+            Some(fa4_gen::measure::support::Support::load(
                 gpu,
                 &std::fs::read(path)?,
             )?)
@@ -435,11 +435,11 @@ fn open_gpu(device: usize, arch: Arch) -> Result<Gpu, CliError> {
 }
 
 /// The compile thread reports nothing: the tune's bar shows its counts.
-struct QuietReporter;
+pub(super) struct QuietReporter;
 impl Reporter for QuietReporter {}
 
 #[derive(Default)]
-struct Tally {
+pub(super) struct Tally {
     compiled: usize,
     checked: usize,
     wrong: usize,
@@ -466,7 +466,7 @@ impl Tally {
 }
 
 /// Moves the bar and keeps its message: counts and the current key's best.
-struct Watcher {
+pub(super) struct Watcher {
     bar: ProgressBar,
     counts: std::sync::Mutex<Tally>,
 }
