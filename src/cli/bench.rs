@@ -1,15 +1,15 @@
 //! `fa4-gen bench`: kernels timed on the FA3 grid, varlen batches, model layers, and the host cost of a call.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
 use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind, ParseError};
 
-use fa4_gen::compile::{BuildDir, BuiltKernel};
-use fa4_gen::measure::gpu::FwdKernel;
+use fa4_gen::compile::BuildDir;
 use fa4_gen::render::Renderer;
 use fa4_gen::space::{Candidate, Template, TemplateSpace};
+
+use fa4_gen::measure::bench::{BenchPlan, Event};
 
 use super::*;
 
@@ -309,41 +309,27 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
     let specs = wanted(arch);
     let dir = BuildDir::new(&a.build_dir);
     let configs = a.configs.choice();
-    // The tuned winner per (template, spec, bucket) measured on this GPU with these
-    // templates.
-    let tuned: BTreeMap<(Template, KernelSpec, u32), fa4_spec::TileConfig> = match &a.db {
-        None => BTreeMap::new(),
+    let tuned = match &a.db {
+        None => None,
         Some(path) => {
             let renderer = Renderer::embedded()?;
-            let (current, stale): (Vec<_>, Vec<_>) = fa4_gen::db::TuningDb::open(path)?
-                .records()?
-                .into_iter()
-                .filter(|r| {
-                    r.device.name == gpu.info.name && r.device.sm_count == gpu.info.sm_count
-                })
-                .filter(|r| templates.contains(&r.template))
-                .partition(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+            let (choices, stale) =
+                fa4_gen::measure::bench::tuned_choices(path, &gpu.info, &templates, &renderer)?;
             // A stale record's cell is timed with the default as its "tuned" row, which
             // reads as a regression unless said (always, -q or not).
-            if !stale.is_empty() {
+            if stale > 0 {
                 eprintln!(
-                    "warning: {} records in {} are of other template versions: their cells time the default; \
+                    "warning: {stale} records in {} are of other template versions: their cells time the default; \
                      re-tune those specs (`fa4-gen tune`, which keeps the timings of kernels whose code is unchanged)",
-                    stale.len(),
                     path.display()
                 );
             }
-            current
-                .into_iter()
-                .filter_map(|r| {
-                    let choice = r.choice()?.config.clone();
-                    Some(((r.template, r.spec, r.bucket.seqlen), choice))
-                })
-                .collect()
+            Some(choices)
         }
     };
     let extra: Vec<Candidate> = tuned
         .iter()
+        .flatten()
         .map(|((template, spec, _), config)| Candidate {
             template: *template,
             spec: *spec,
@@ -351,7 +337,6 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
         })
         .collect();
     let (kernels, support) = device_kernels(&gpu, arch, &specs, configs, &extra, &dir, quiet)?;
-    let mut flush = fa4_gen::measure::bench::L2Flush::new(&gpu)?;
     println!(
         "bench on {} ({arch}, {} SMs, driver CUDA {}), {} kernels, {} tokens, hidden {}",
         gpu.info.name,
@@ -365,175 +350,64 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
         "{:>7} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9} {:>8}",
         "hdim", "seqlen", "mask", "features", "batch", "heads", "config", "ms", "TFLOP/s"
     );
-    let mut rows = Vec::new();
-    for (cell, features) in cells {
-        for feature_set in features {
-            let bucket =
-                fa4_spec::Bucket::of_call(cell.mask, cell.window, cell.seqlen.max(1) as u32).seqlen;
-            let winner = |k: &BuiltKernel| {
-                tuned.get(&(k.candidate.template, k.candidate.spec, bucket))
-                    == Some(&k.candidate.config)
-            };
-            let mut cell_kernels: Vec<&ReadyKernel> = kernels
-                .iter()
-                .filter(|(k, _)| {
-                    let s = &k.candidate.spec;
-                    s.head_dim == cell.head_dim
-                        && s.head_dim_v == cell.head_dim_v
-                        && s.mask == cell.mask
-                        && s.features == feature_set
-                })
-                .filter(|(k, _)| configs.is_some() || k.is_default || winner(k))
-                .collect();
-            cell_kernels.sort_by_key(|(k, _)| !k.is_default);
-            let Some((first, _)) = cell_kernels.first() else {
-                continue;
-            };
-            let spec = first.candidate.spec;
-            let case = fa4_gen::measure::problems::Case {
-                page_size: a.page_size,
-                ..cell.case()
-            };
-            // "fa4-gen" is the plain default ("fa4-gen-hopper" the Hopper template's);
-            // "+local", "+sinks", ... name the variants so compare.py can set each against
-            // it, and ":config" the non-default configs.
-            let mut variant = String::new();
-            if cell.mask == MaskKind::Local {
-                variant.push_str("+local");
-            }
-            if feature_set != Features::default() {
-                variant.push('+');
-                variant.push_str(&feature_set.name());
-            }
-            if cell.varlen && cell.layer.is_none() {
-                variant.push_str("+varlen");
-            }
-            let mut best: Option<fa4_gen::measure::bench::Row> = None;
-            // With --move-buffer, one problem whose named buffer is copied behind each
-            // set's spacer; else a whole problem per set.
-            let shared = match moved {
-                Some(_) => Some(fa4_gen::measure::problems::Problem::new(
-                    &gpu, &support, &spec, &case, 0x5eed,
-                )?),
-                None => None,
-            };
-            for placement in 0..a.placements {
-                // What the set's parameters point at lives as long as its timings.
-                let (mut _moved, mut _own) = (None, None);
-                let (params, split) = match (&shared, moved) {
-                    (Some(problem), Some(buffer)) if placement > 0 => {
-                        let m = fa4_gen::measure::bench::move_buffer(
-                            &gpu,
-                            problem,
-                            buffer,
-                            placement as usize,
-                        )?;
-                        (_moved.insert(m).params, problem.split)
-                    }
-                    (Some(problem), _) => (problem.params, problem.split),
-                    (None, _) => {
-                        let spacer =
-                            fa4_gen::measure::bench::placement_spacer(&gpu, placement as usize)?;
-                        let problem = fa4_gen::measure::problems::Problem::new(
-                            &gpu, &support, &spec, &case, 0x5eed,
-                        )?;
-                        let problem = &_own.insert((spacer, problem)).1;
-                        (problem.params, problem.split)
-                    }
-                };
-                let split = split.filter(|_| !a.no_split_tail);
-                let placement = (a.placements > 1).then_some(placement);
-                for (built, cubin) in &cell_kernels {
-                    let base = match built.candidate.template {
-                        Template::Portable => format!("fa4-gen{variant}"),
-                        t => format!("fa4-gen-{t}{variant}"),
-                    };
-                    let kernel =
-                        FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
-                    let times = fa4_gen::measure::bench::time_kernel(
-                        &gpu,
-                        &kernel,
-                        &params,
-                        split,
-                        &mut flush,
-                        a.budget_ms,
-                        a.warmup_ms,
-                    )?;
-                    let config = built.candidate.config.tag();
-                    let backend = if built.is_default {
-                        base.clone()
-                    } else {
-                        format!("{base}:{config}")
-                    };
-                    let row = fa4_gen::measure::bench::row(
-                        &spec,
-                        &cell,
-                        &times,
-                        &built.id.0,
-                        &config,
-                        built.is_default,
-                        &backend,
-                    );
-                    let row = fa4_gen::measure::bench::Row { placement, ..row };
-                    println!(
-                        "{:>7} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}{}",
-                        fa4_spec::head_dims_name(row.hdim, row.hdim_v),
-                        row.seqlen,
-                        cell.mask.name(),
-                        feature_set.name(),
-                        row.batch,
-                        row.heads,
-                        config,
-                        row.ms,
-                        row.tflops,
-                        match (built.is_default, winner(built)) {
-                            (true, true) => "  (default, tuned)",
-                            (true, false) => "  (default)",
-                            (false, true) => "  (tuned)",
-                            (false, false) => "",
-                        },
-                        match placement {
-                            Some(n) => format!(
-                                "  placement {n}: q {:#x} k {:#x} v {:#x} o {:#x}",
-                                params.q, params.k, params.v, params.o
-                            ),
-                            None => String::new(),
-                        }
-                    );
-                    if best.as_ref().is_none_or(|b| row.ms < b.ms) {
-                        best = Some(row.clone());
-                    }
-                    let untuned = !tuned.contains_key(&(
-                        built.candidate.template,
-                        built.candidate.spec,
-                        bucket,
-                    ));
-                    if winner(built) || (a.db.is_some() && built.is_default && untuned) {
-                        rows.push(fa4_gen::measure::bench::Row {
-                            backend: format!("{base}-tuned"),
-                            ..row.clone()
-                        });
-                    }
-                    rows.push(row);
+    let plan = BenchPlan {
+        cells,
+        page_size: a.page_size,
+        placements: a.placements,
+        moved,
+        split_tail: !a.no_split_tail,
+        budget_ms: a.budget_ms,
+        warmup_ms: a.warmup_ms,
+        all_configs: configs.is_some(),
+        tuned,
+    };
+    let rows =
+        fa4_gen::measure::bench::run(&gpu, &kernels, &support, &plan, |event| match event {
+            Event::Timed {
+                row,
+                cell,
+                features,
+                is_tuned,
+                placed,
+            } => println!(
+                "{:>7} {:>6} {:<7} {:<14} {:>5} {:>5} {:<20} {:>9.3} {:>8.1}{}{}",
+                fa4_spec::head_dims_name(row.hdim, row.hdim_v),
+                row.seqlen,
+                cell.mask.name(),
+                features.name(),
+                row.batch,
+                row.heads,
+                row.config,
+                row.ms,
+                row.tflops,
+                match (row.is_default, is_tuned) {
+                    (true, true) => "  (default, tuned)",
+                    (true, false) => "  (default)",
+                    (false, true) => "  (tuned)",
+                    (false, false) => "",
+                },
+                match (row.placement, placed) {
+                    (Some(n), Some(p)) => format!(
+                        "  placement {n}: q {:#x} k {:#x} v {:#x} o {:#x}",
+                        p.q, p.k, p.v, p.o
+                    ),
+                    _ => String::new(),
                 }
-            }
-            if configs.is_some() {
-                if let Some(mut b) = best {
-                    println!(
-                        "{:>4} {:>6} {:<7} {:<14} best: {} at {:.1} TFLOP/s",
-                        b.hdim,
-                        b.seqlen,
-                        cell.mask.name(),
-                        feature_set.name(),
-                        b.config,
-                        b.tflops
-                    );
-                    b.backend = format!("fa4-gen{variant}-best");
-                    rows.push(b);
-                }
-            }
-        }
-    }
+            ),
+            Event::Best {
+                row,
+                cell,
+                features,
+            } => println!(
+                "{:>4} {:>6} {:<7} {:<14} best: {} at {:.1} TFLOP/s",
+                row.hdim,
+                row.seqlen,
+                cell.mask.name(),
+                features.name(),
+                row.config,
+                row.tflops
+            ),
+        })?;
     if let Some(path) = &a.json {
         fa4_gen::fsutil::write_atomic(
             path,

@@ -1,7 +1,6 @@
 //! The command line: argument parsing (clap), turning arguments into validated
 //! selections, and printing. The work itself is done by the library modules.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::str::FromStr;
 
@@ -9,8 +8,9 @@ use clap::{Args, Parser, Subcommand};
 use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind, ParseError};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use fa4_gen::compile::{BuildDir, BuildSummary, BuiltKernel, Nvrtc, Outcome, Reporter};
+use fa4_gen::compile::{BuildDir, BuildSummary, Nvrtc, Outcome, Reporter};
 use fa4_gen::measure::gpu::Gpu;
+use fa4_gen::measure::kernels::ReadyKernel;
 use fa4_gen::render::Renderer;
 use fa4_gen::space::{self, Candidate, Planned, Selection, Template, TemplateSpace};
 
@@ -445,33 +445,15 @@ fn window_arg(w: &[i32]) -> Result<(i32, i32), CliError> {
     }
 }
 
-/// A built kernel with its cubin, read and checked against the build report.
-type ReadyKernel = (BuiltKernel, Vec<u8>);
-
-/// Kernels of `planned` whose cubins are in the build folder and match its report.
+/// The built kernels of `planned` in the build folder, saying which cannot be read.
 fn ready_kernels(
     renderer: &Renderer,
     dir: &BuildDir,
     arch: Arch,
     planned: &[Planned],
 ) -> Result<Vec<ReadyKernel>, CliError> {
-    let Some(report) = dir.load_report(arch)? else {
-        return Ok(Vec::new());
-    };
-    let wanted: BTreeMap<String, &Candidate> = planned
-        .iter()
-        .map(|p| (renderer.kernel_id(&p.candidate).0, &p.candidate))
-        .collect();
-    let mut out = Vec::new();
-    let mut unreadable = Vec::new();
-    for k in report.kernels {
-        if wanted.contains_key(&k.id.0) {
-            match dir.read_cubin(&k) {
-                Ok(cubin) => out.push((k, cubin)),
-                Err(e) => unreadable.push(e),
-            }
-        }
-    }
+    let (kernels, unreadable) =
+        fa4_gen::measure::kernels::ready_kernels(renderer, dir, arch, planned)?;
     if let Some(first) = unreadable.first() {
         eprintln!(
             "warning: {} built kernels cannot be used ({first}{})",
@@ -479,8 +461,7 @@ fn ready_kernels(
             if unreadable.len() > 1 { ", ..." } else { "" }
         );
     }
-    out.sort_by(|a, b| a.0.candidate.cmp(&b.0.candidate));
-    Ok(out)
+    Ok(kernels)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod gpu;
+pub mod kernels;
 pub mod problems;
 pub mod support;
 pub mod verify;
