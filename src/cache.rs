@@ -7,14 +7,14 @@
 //! JSON with no dates or timings in it, and cubins are compiled under their file name
 //! (not a path), so building twice from the same inputs gives the same bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig};
 use rayon::prelude::*;
 
-use crate::compile::Nvrtc;
 use crate::compile::{code, resources};
+use crate::compile::{Nvrtc, Reporter};
 use crate::db::Record;
 use crate::fsutil::{write_atomic, WriteError};
 use crate::render::{RenderError, Renderer};
@@ -40,6 +40,12 @@ pub enum CacheBuildError {
         "{count} kernels did not build; the cache ships only kernels that build cleanly:\n{all}"
     )]
     Several { count: usize, all: String },
+    #[error(
+        "{out}/manifest.json was built from another tuning-db export, NVRTC or cache format, \
+         and this build would keep some of its entries; build the whole cache (`fa4-gen \
+         build-cache` without --arch, --head-dim or --features)"
+    )]
+    Mixed { out: String },
 }
 
 /// The hash a manifest records of the tuning-db exports it was built from (their
@@ -82,17 +88,22 @@ pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
     })
 }
 
-/// What the cache serves: every head dim, dtype and mask, with these feature sets, each
-/// from the one template that serves it ([`Template::serves`]).
-pub fn specs(archs: &[Arch], features: &[Features]) -> Vec<(Template, KernelSpec)> {
+/// What the cache serves: every dtype and mask at these head dims (all offered, where
+/// none are given), with these feature sets, each from the one template that serves it
+/// ([`TemplateSpace::serves`]). A head dim no template offers for an arch is an error.
+pub fn specs(
+    archs: &[Arch],
+    head_dims: &[(u32, Option<u32>)],
+    features: &[Features],
+) -> Result<Vec<(Template, KernelSpec)>, space::SelectionError> {
     let mut specs = space::Selection {
         features: features.to_vec(),
+        head_dims: head_dims.to_vec(),
         ..space::Selection::all(archs.to_vec())
     }
-    .specs()
-    .expect("every arch has a template and the head dims it offers");
+    .specs()?;
     specs.retain(|(t, spec)| t.serves(spec));
-    specs
+    Ok(specs)
 }
 
 /// Whether a spec never tuned serves its [`donor`]'s tuned choices or its heuristic
@@ -246,23 +257,57 @@ pub fn drop_unbuilt_borrowed(
 #[derive(Debug)]
 pub struct Built {
     pub manifest: Manifest,
+    /// The kernels this build compiled (a partial build's manifest holds others too).
+    pub compiled: BTreeMap<String, KernelEntry>,
     pub dropped: Vec<String>,
 }
 
-/// Builds the cache for `specs` into `out` from the export's `records` (whose bytes hash
-/// to `export_hash`), untuned specs served as `untuned` says. Compiles in parallel on the
-/// current rayon pool. A kernel that does not build is an error, unless it serves only
-/// borrowed choices: those are left out, and named in [`Built::dropped`].
+/// What a cache build takes.
+pub struct BuildRequest<'a> {
+    /// The specs to build (each with the template that serves it: [`specs`]).
+    pub specs: &'a [(Template, KernelSpec)],
+    /// The tuning-db export's records, and the hash of its bytes ([`export_hash`]).
+    pub records: &'a [Record],
+    pub export_hash: &'a str,
+    pub untuned: Untuned,
+    /// The manifest the build replaces, if any: the specs it holds that this build does
+    /// not (other archs, head dims or feature sets) keep their entries and kernels.
+    pub previous: Option<&'a Manifest>,
+}
+
+/// Builds the cache for the request's specs into `out`, untuned specs served as
+/// `untuned` says. Compiles in parallel on the current rayon pool, reporting each kernel.
+/// A kernel that does not build is an error, unless it serves only borrowed choices:
+/// those are left out, and named in [`Built::dropped`]. A partial build over a manifest
+/// of another export or NVRTC is refused before anything is compiled: the kept entries
+/// would then not follow from the manifest's inputs.
 pub fn build(
     nvrtc: &Nvrtc,
     renderer: &Renderer,
-    specs: &[(Template, KernelSpec)],
-    records: &[Record],
-    untuned: Untuned,
-    export_hash: &str,
+    req: &BuildRequest,
+    reporter: &dyn Reporter,
     out: &Path,
 ) -> Result<Built, CacheBuildError> {
-    let mut plan = plan(specs, records, untuned);
+    let export_hash = req.export_hash;
+    if let Some(prev) = req.previous {
+        let built: BTreeSet<(Arch, String)> =
+            req.specs.iter().map(|(_, s)| (s.arch, s.tag())).collect();
+        let keeps_some = prev.archs.iter().any(|(arch, entry)| {
+            entry
+                .specs
+                .keys()
+                .any(|tag| !built.contains(&(*arch, tag.clone())))
+        });
+        let same_inputs = prev.format == MANIFEST_FORMAT
+            && prev.tuning_db_hash == export_hash
+            && prev.nvrtc == nvrtc.version_string();
+        if keeps_some && !same_inputs {
+            return Err(CacheBuildError::Mixed {
+                out: out.display().to_string(),
+            });
+        }
+    }
+    let mut plan = plan(req.specs, req.records, req.untuned);
     // Unique kernels, by id.
     let mut kernels: BTreeMap<String, (Candidate, Footprint)> = BTreeMap::new();
     for (c, _) in &plan.wanted {
@@ -276,6 +321,7 @@ pub fn build(
         kernels.insert(renderer.kernel_id(c).0, (c.clone(), footprint));
     }
     let headers: Vec<(&str, &str)> = renderer.templates().headers().collect();
+    reporter.start(kernels.len());
     let results: Vec<Result<(String, KernelEntry), CacheBuildError>> = kernels
         .par_iter()
         .map(
@@ -305,6 +351,7 @@ pub fn build(
                 let cubin_rel = format!("{arch}/{id}.cubin");
                 write_if_differs(&out.join(&src_rel), rendered.source.as_bytes())?;
                 write_if_differs(&out.join(&cubin_rel), &output.cubin)?;
+                reporter.compiled();
                 Ok((
                     id.clone(),
                     KernelEntry {
@@ -321,6 +368,7 @@ pub fn build(
             },
         )
         .collect();
+    reporter.finish();
     // Every failure at once: a cache build is long, and one rebuild should fix them all.
     let (built, failed): (Vec<_>, Vec<_>) = results.into_iter().partition(Result::is_ok);
     let mut failed: Vec<CacheBuildError> = failed.into_iter().filter_map(Result::err).collect();
@@ -347,7 +395,8 @@ pub fn build(
     let kernel_map: BTreeMap<String, KernelEntry> = built.into_iter().map(Result::unwrap).collect();
 
     let arch_entries = arch_entries(renderer, &plan);
-    let manifest = Manifest {
+    let compiled = kernel_map.clone();
+    let built = Manifest {
         format: MANIFEST_FORMAT.into(),
         fa4_gen_version: env!("CARGO_PKG_VERSION").into(),
         nvrtc: nvrtc.version_string(),
@@ -355,13 +404,48 @@ pub fn build(
         archs: arch_entries,
         kernels: kernel_map,
     };
+    let manifest = match req.previous {
+        Some(prev) => merged(prev, built),
+        None => built,
+    };
     // Files of kernels no longer in the cache go; the manifest is written last.
     remove_unlisted(out, &manifest)?;
     write_atomic(
         &out.join(MANIFEST_FILE),
         (serde_json::to_string_pretty(&manifest).expect("manifest serialises") + "\n").as_bytes(),
     )?;
-    Ok(Built { manifest, dropped })
+    Ok(Built {
+        manifest,
+        compiled,
+        dropped,
+    })
+}
+
+/// `prev` with the specs `built` holds replaced by `built`'s entries: every other spec of
+/// `prev` keeps its entry, and the kernels are those some entry names.
+pub fn merged(prev: &Manifest, built: Manifest) -> Manifest {
+    let mut archs = prev.archs.clone();
+    for (arch, entry) in built.archs {
+        let kept = archs.entry(arch).or_insert_with(|| ArchEntry {
+            tuned_on: None,
+            specs: BTreeMap::new(),
+        });
+        kept.tuned_on = entry.tuned_on;
+        kept.specs.extend(entry.specs);
+    }
+    let mut kernels = BTreeMap::new();
+    for spec in archs.values().flat_map(|a| a.specs.values()) {
+        for id in std::iter::once(&spec.default).chain(spec.tuned.values()) {
+            if let Some(k) = built.kernels.get(id).or_else(|| prev.kernels.get(id)) {
+                kernels.insert(id.clone(), k.clone());
+            }
+        }
+    }
+    Manifest {
+        archs,
+        kernels,
+        ..built
+    }
 }
 
 /// How a rebuilt cache's machine code compares with the manifest it replaces, kernel by
@@ -376,7 +460,7 @@ pub struct CodeChanges {
     pub new: usize,
 }
 
-pub fn code_changes(old: &Manifest, new: &Manifest) -> CodeChanges {
+pub fn code_changes(old: &Manifest, compiled: &BTreeMap<String, KernelEntry>) -> CodeChanges {
     let old_code: BTreeMap<(Template, &KernelSpec, &TileConfig), (&str, &str)> = old
         .kernels
         .iter()
@@ -389,7 +473,7 @@ pub fn code_changes(old: &Manifest, new: &Manifest) -> CodeChanges {
         })
         .collect();
     let mut out = CodeChanges::default();
-    for (id, k) in &new.kernels {
+    for (id, k) in compiled {
         match old_code.get(&(k.template, &k.spec, &k.config)) {
             Some((_, code)) if *code == k.code_hash => out.unchanged += 1,
             Some((old_id, _)) => out.changed.push((old_id.to_string(), id.clone())),

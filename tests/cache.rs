@@ -51,15 +51,23 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
     let records = export();
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let default = cache::Untuned::Default;
-    let m1 = cache::build(&nvrtc, &renderer, &specs, &records, default, "h", a.path()).unwrap();
-    let m2 = cache::build(&nvrtc, &renderer, &specs, &records, default, "h", b.path()).unwrap();
+    let request = cache::BuildRequest {
+        specs: &specs,
+        records: &records,
+        export_hash: "h",
+        untuned: default,
+        previous: None,
+    };
+    let silent = fa4_gen::compile::Silent;
+    let m1 = cache::build(&nvrtc, &renderer, &request, &silent, a.path()).unwrap();
+    let m2 = cache::build(&nvrtc, &renderer, &request, &silent, b.path()).unwrap();
     assert!(m1.dropped.is_empty());
     let (m1, m2) = (m1.manifest, m2.manifest);
     assert_eq!(m1, m2);
     // Each kernel's machine code is named, and a rebuild finds it unchanged; a kernel
     // whose code moved is named by its old and new id.
     assert!(m1.kernels.values().all(|k| k.code_hash.len() == 16));
-    let same = cache::code_changes(&m1, &m2);
+    let same = cache::code_changes(&m1, &m2.kernels);
     assert_eq!(
         (same.unchanged, same.changed.len(), same.new),
         (m1.kernels.len(), 0, 0)
@@ -68,7 +76,7 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
     let (first, entry) = moved.kernels.iter_mut().next().unwrap();
     entry.code_hash = "0000000000000000".into();
     let first = first.clone();
-    let c = cache::code_changes(&moved, &m2);
+    let c = cache::code_changes(&moved, &m2.kernels);
     assert_eq!(c.changed, vec![(first.clone(), first)]);
     assert_eq!(c.unchanged, m1.kernels.len() - 1);
     let (fa, fb) = (files(a.path()), files(b.path()));
@@ -256,7 +264,7 @@ fn the_committed_cache_matches_the_tuning_db_and_templates() {
         Arch::ALL.to_vec(),
         "generated/ must serve every arch: run `fa4-gen build-cache` without --arch"
     );
-    let specs = cache::specs(&archs, &Features::ALL);
+    let specs = cache::specs(&archs, &[], &Features::ALL).unwrap();
     let mut records = export();
     records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
     let plan = cache::plan(&specs, &records, cache::Untuned::Default);
@@ -483,4 +491,63 @@ except fa4gen.Fa4genError as e:
         text.contains("error 2 /nonexistent/cache/manifest.json: no kernel cache here"),
         "{text}"
     );
+}
+
+/// A build of some specs over an existing cache keeps the other specs' entries and
+/// kernels (a GPU host's `build-cache --arch sm90 --head-dim 128` leaves the shipped
+/// manifest as committed), and refuses to mix a manifest of another export.
+#[test]
+fn a_partial_build_keeps_the_other_entries_of_the_manifest() {
+    let nvrtc = crate::common::nvrtc();
+    let renderer = Renderer::embedded().unwrap();
+    let d64 = KernelSpec::new(Arch::Sm80, Dtype::Bf16, 64, MaskKind::Causal);
+    let d128 = KernelSpec::new(Arch::Sm80, Dtype::Bf16, 128, MaskKind::Causal);
+    let records = Vec::new();
+    let silent = fa4_gen::compile::Silent;
+    let dir = tempfile::tempdir().unwrap();
+    let request = |specs, previous| cache::BuildRequest {
+        specs,
+        records: &records,
+        export_hash: "h",
+        untuned: cache::Untuned::Default,
+        previous,
+    };
+    let both = [(Template::Portable, d64), (Template::Portable, d128)];
+    let full = cache::build(
+        &nvrtc,
+        &renderer,
+        &request(&both, None),
+        &silent,
+        dir.path(),
+    )
+    .unwrap()
+    .manifest;
+    assert_eq!(full.kernels.len(), 2);
+    let one = [(Template::Portable, d128)];
+    let partial = cache::build(
+        &nvrtc,
+        &renderer,
+        &request(&one, Some(&full)),
+        &silent,
+        dir.path(),
+    )
+    .unwrap()
+    .manifest;
+    assert_eq!(partial, full, "the d64 entry and its kernel are kept");
+    let cubins = files(dir.path())
+        .keys()
+        .filter(|p| p.extension().is_some_and(|e| e == "cubin"))
+        .count();
+    assert_eq!(cubins, 2, "the kept kernel's cubin stays");
+    let mut other = full.clone();
+    other.tuning_db_hash = "another export".into();
+    let e = cache::build(
+        &nvrtc,
+        &renderer,
+        &request(&one, Some(&other)),
+        &silent,
+        dir.path(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("without --arch"), "{e}");
 }

@@ -1,12 +1,15 @@
 //! `fa4-gen build-cache` (the shipped kernel cache from the tuning-db export) and
 //! `fa4-gen explain` (which kernel the dispatcher picks for a problem, and why).
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use clap::Args;
 use fa4_spec::{Arch, Dtype, Features, MaskKind, TileConfig};
 
-use super::{compile_pool, load_nvrtc, parse_list, CliError, CliResult};
+use super::{
+    compile_pool, head_dims_arg, load_nvrtc, parse_list, BarReporter, CliError, CliResult,
+};
 use fa4_gen::cache;
 use fa4_gen::db::{parse_export, Record, MIN_GAIN, MIN_GAIN_SCREENED};
 use fa4_gen::render::Renderer;
@@ -16,11 +19,15 @@ use fa4_gen::space::{switches, Footprint};
 #[derive(Debug, Args)]
 pub struct BuildCacheArgs {
     /// Architectures [default: all; sm90 is tuned, the others serve their defaults]. The
-    /// cache then holds these alone (the manifest is written anew): to refresh one arch of
-    /// the shipped cache, build them all.
+    /// manifest's other archs keep their entries.
     #[arg(long, value_delimiter = ',')]
     pub arch: Vec<String>,
-    /// Feature sets to ship: none, sinks, softcap, paged joined with +, or all [default: all].
+    /// Head dims of Q and K, or QK/V pairs such as 192/128 [default: all]. The manifest's
+    /// other head dims keep their entries.
+    #[arg(long = "head-dim", value_delimiter = ',')]
+    pub head_dim: Vec<String>,
+    /// Feature sets to ship: none, sinks, softcap, paged joined with +, or all [default:
+    /// all]. The manifest's other feature sets keep their entries.
     #[arg(long, value_delimiter = ',')]
     pub features: Vec<String>,
     /// Tuning-db exports to take the tuned choices from.
@@ -122,7 +129,13 @@ pub(super) fn build_cache(a: BuildCacheArgs, quiet: bool) -> CliResult {
              (their specs ship the defaults); re-tune them with `fa4-gen tune` and export"
         );
     }
-    let specs = cache::specs(&archs, &features);
+    let head_dims: Vec<(u32, Option<u32>)> = a
+        .head_dim
+        .iter()
+        .map(|h| head_dims_arg(h))
+        .collect::<Result<_, _>>()?;
+    let specs =
+        cache::specs(&archs, &head_dims, &features).map_err(|e| CliError::Usage(e.to_string()))?;
     let nvrtc = load_nvrtc(quiet)?;
     let pool = compile_pool(a.jobs)?;
     let started = std::time::Instant::now();
@@ -137,8 +150,15 @@ pub(super) fn build_cache(a: BuildCacheArgs, quiet: bool) -> CliResult {
         std::fs::read_to_string(a.out.join(fa4_spec::manifest::MANIFEST_FILE))
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok());
-    let built =
-        pool.install(|| cache::build(&nvrtc, &renderer, &specs, &records, untuned, &hash, &a.out))?;
+    let request = cache::BuildRequest {
+        specs: &specs,
+        records: &records,
+        export_hash: &hash,
+        untuned,
+        previous: previous.as_ref(),
+    };
+    let reporter = BarReporter::new(quiet);
+    let built = pool.install(|| cache::build(&nvrtc, &renderer, &request, &reporter, &a.out))?;
     // Said even when quiet: those buckets serve the nearest borrowed choice or the default.
     for id in &built.dropped {
         eprintln!(
@@ -146,9 +166,14 @@ pub(super) fn build_cache(a: BuildCacheArgs, quiet: bool) -> CliResult {
              nearest borrowed choice or the spec's default"
         );
     }
-    let manifest = built.manifest;
+    let manifest = &built.manifest;
     if !quiet {
-        for (arch, entry) in &manifest.archs {
+        let built_archs: BTreeSet<Arch> = built.compiled.values().map(|k| k.spec.arch).collect();
+        for (arch, entry) in manifest
+            .archs
+            .iter()
+            .filter(|(a, _)| built_archs.contains(a))
+        {
             let tuned = entry.specs.values().filter(|s| !s.tuned.is_empty());
             let borrowing = tuned.clone().filter(|s| s.borrowed_from.is_some()).count();
             println!(
@@ -169,16 +194,17 @@ pub(super) fn build_cache(a: BuildCacheArgs, quiet: bool) -> CliResult {
             );
         }
         println!(
-            "{} kernels in {} ({:.0} s)",
-            manifest.kernels.len(),
+            "{} kernels built into {} ({:.0} s); its manifest serves {} kernels",
+            built.compiled.len(),
             a.out.display(),
             started.elapsed().as_secs_f64(),
+            manifest.kernels.len(),
         );
     }
     if let Some(previous) = &previous {
         // Said even when quiet: a template edit that moved machine code needs its kernels
         // checked and timed again on a GPU.
-        let c = cache::code_changes(previous, &manifest);
+        let c = cache::code_changes(previous, &built.compiled);
         println!(
             "machine code against the manifest replaced: {} kernels unchanged, {} changed, {} new",
             c.unchanged,

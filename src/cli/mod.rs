@@ -1,8 +1,11 @@
 //! The command line: argument parsing (clap), turning arguments into validated
 //! selections, and printing. The work itself is done by the library modules.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind, ParseError};
@@ -268,11 +271,23 @@ fn head_dims_arg(v: &str) -> Result<(u32, Option<u32>), CliError> {
 
 // ---- compile -------------------------------------------------------------------------------
 
-struct BarReporter(ProgressBar);
+/// Compile progress: a bar on a terminal; elsewhere (CI, a device call's log) a line
+/// every twentieth of the work, so a long build never looks hung.
+struct BarReporter {
+    bar: ProgressBar,
+    lines: Option<LineProgress>,
+}
+
+struct LineProgress {
+    total: AtomicUsize,
+    done: AtomicUsize,
+    started: Instant,
+}
 
 impl BarReporter {
     fn new(quiet: bool) -> Self {
-        let bar = if quiet {
+        let terminal = std::io::stderr().is_terminal();
+        let bar = if quiet || !terminal {
             ProgressBar::hidden()
         } else {
             ProgressBar::new(0)
@@ -283,23 +298,48 @@ impl BarReporter {
             )
             .expect("valid template"),
         );
-        BarReporter(bar)
+        let lines = (!quiet && !terminal).then(|| LineProgress {
+            total: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            started: Instant::now(),
+        });
+        BarReporter { bar, lines }
     }
 }
 
 impl Reporter for BarReporter {
     fn start(&self, to_compile: usize) {
-        self.0.set_length(to_compile as u64);
+        self.bar.set_length(to_compile as u64);
+        if let Some(l) = &self.lines {
+            l.total.store(to_compile, Ordering::Relaxed);
+            if to_compile > 0 {
+                eprintln!("compiling {to_compile} kernels");
+            }
+        }
     }
     fn finished(&self, outcome: &Outcome) {
-        self.0.inc(1);
+        self.compiled();
         if let Outcome::Rejected(r) = outcome {
-            self.0
+            self.bar
                 .set_message(format!("last rejected: {}", r.candidate.config.tag()));
         }
     }
+    fn compiled(&self) {
+        self.bar.inc(1);
+        if let Some(l) = &self.lines {
+            let done = l.done.fetch_add(1, Ordering::Relaxed) + 1;
+            let total = l.total.load(Ordering::Relaxed);
+            let every = (total / 20).max(1);
+            if done % every == 0 || done == total {
+                eprintln!(
+                    "compiled {done}/{total} ({:.0} s)",
+                    l.started.elapsed().as_secs_f64()
+                );
+            }
+        }
+    }
     fn finish(&self) {
-        self.0.finish_and_clear();
+        self.bar.finish_and_clear();
     }
 }
 

@@ -199,7 +199,13 @@ impl Outcome {
 /// Progress callbacks; the CLI draws a progress bar with them.
 pub trait Reporter: Sync {
     fn start(&self, _to_compile: usize) {}
-    fn finished(&self, _outcome: &Outcome) {}
+    /// One candidate compiled (or set aside).
+    fn finished(&self, outcome: &Outcome) {
+        let _ = outcome;
+        self.compiled();
+    }
+    /// One kernel compiled, where there is no outcome to report (`cache::build`).
+    fn compiled(&self) {}
     fn finish(&self) {}
 }
 
