@@ -4,14 +4,16 @@
 //! Data flows one way through one module per stage:
 //!
 //! ```text
-//! space ──▶ render ──▶ compile (NVRTC) ──▶ gpu (load, launch) ──▶ verify, bench
-//! (which kernels)  (CUDA source)  (cubin + ptxas report)     (checked and timed on
-//!                                                              the device's problems)
+//! space ──▶ render ──▶ compile (NVRTC) ──▶ measure (verify, bench) ──▶ tune ──▶ db ──▶ cache
+//! (which     (CUDA      (cubins, ptxas     (on the GPU, against an    (per     (records,  (generated/:
+//!  kernels)   source)    reports, code      f32 reference; timed as    bucket)  export)    manifest +
+//!                        hashes, SASS)      the peers are)                                 cubins)
 //! ```
 //!
-//! `tune` checks and times every candidate per sequence-length bucket and keeps what it
-//! finds in `db`, the tuning database; `cache` builds the shipped kernel cache
-//! (`generated/`) from its export, and `runtime` is the dispatcher that reads it. The CLI (`src/main.rs`, `cli`) is a thin layer over these.
+//! The runtime that serves the cache is its own crate (`fa4_runtime`, re-exported as
+//! [`runtime`]); the generator measures kernels through the runtime's checks and grid,
+//! so a kernel is timed as it is served. The `fa4-gen` binary (`src/main.rs`,
+//! `src/cli/`) parses commands and calls these modules.
 
 pub mod cache;
 pub mod compile;
