@@ -75,7 +75,7 @@ pub struct Plan {
 /// denominator once after the key loop, so it leaves a tile's loop as it was: where both
 /// were tuned (Hopper d64, causal and local, bf16 and fp16), the plain spec's winner timed
 /// within 1% of the sinks spec's own winner in 18 of 22 buckets (at most 8% off), while
-/// the heuristic default takes 1.01 to 1.97x the tuned choice's time (bench/NOTES.md).
+/// the heuristic default takes 1.01 to 1.97x the tuned choice's time.
 /// Soft-capping and paging change what bounds a tile (the MUFU, the gather), so nothing
 /// is borrowed across them.
 pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
@@ -111,7 +111,7 @@ pub fn specs(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Untuned {
     /// The heuristic default (the shipped cache's, until the borrowed kernels have been
-    /// checked on a GPU: `fa4-gen verify` of each, bench/NOTES.md).
+    /// checked on a GPU: `fa4-gen verify` of each, `bench/borrowed_check.sh`).
     Default,
     /// The donor's choice per bucket, built for the spec.
     Borrow,

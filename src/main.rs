@@ -12,7 +12,8 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     // Before any thread and before the CUDA driver starts: every compile must run ptxas
-    // and print its resource report (bench/NOTES.md, the compute cache).
+    // and print its resource report: the driver's compute cache would answer a recompiled
+    // PTX without ptxas, with an empty log.
     fa4_gen::compile::nvrtc::disable_compute_cache();
     let cli = cli::Cli::parse();
     cli::run(cli)

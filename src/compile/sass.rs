@@ -2,7 +2,7 @@
 //! iteration issues and of which kinds. A template edit that leaves registers and spills
 //! alone can still cost the loop issue slots (ptxas moving wgmma descriptors off the
 //! uniform datapath took a d256 loop from 471 to 514 instructions and 5% of its speed:
-//! bench/NOTES.md); this census shows it without a GPU, and where a kernel's spills are
+//! on the H200); this census shows it without a GPU, and where a kernel's spills are
 //! reloaded: ptxas's report counts spilled bytes, not whether the main loop touches them
 //! (a persistent tile's scalars reloaded once per work tile cost nothing measurable). It
 //! needs `nvdisasm` (CUDA's, or PyPI's `nvidia-cuda-nvdisasm`), which nothing else in
@@ -171,7 +171,7 @@ fn instruction(line: &str) -> Option<(bool, &str)> {
 /// The kernel's instructions, each counted once wherever it sits (NOP padding left out).
 /// Those outside the main loop run once per work tile or per block: at 512 tokens a
 /// portable d256 block visits 4.5 key blocks, and its start and end (copies, O stores)
-/// took a quarter of its time (bench/NOTES.md).
+/// took a quarter of its time.
 pub fn instruction_count(sass: &str) -> u32 {
     sass.lines()
         .filter_map(|line| instruction(line)?.1.split_whitespace().next())

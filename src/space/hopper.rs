@@ -102,7 +102,7 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // Two persistent consumers without pingpong, on masked specs: with no turns neither
     // waits for the other's at a tile's start or end, which pays on some short masked
     // keys (up to 4% over the best tile with turns, mostly at 128 to 512 keys) and loses
-    // 3 to 8% on long ones and unmasked (bench/NOTES.md); the tuner decides per bucket.
+    // 3 to 8% on long ones and unmasked; the tuner decides per bucket.
     if spec.mask != MaskKind::None {
         for block_n in [64, 128] {
             let mut c = ws_config(2, block_n, 0, 1, 0);
@@ -122,7 +122,7 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // A third ring stage for the three-consumer tile, where shared memory holds it (d64):
     // +2 to 6% on long unmasked sequences against its two-stage twin. Not on the other
     // tiles: two consumers over 128 keys ran 0.95 to 1.03x (d128), the persistent tiles
-    // 0.88 to 1.02x (bench/NOTES.md).
+    // 0.88 to 1.02x.
     let mut c = ws_config(3, 128, 1, 1, 0);
     c.stages = 3;
     out.push(c);
@@ -131,23 +131,22 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
         (c.switch(PINGPONG, 0) == 1 || persistent(c)) && c.switch(OVERLAP, 0) == 1
     }));
     // Turns at the MUFU ran 1.02 to 1.05x their twins on causal tiles and 0.96 to 0.99x
-    // on unmasked ones (bench/NOTES.md), so only masked specs enumerate them.
+    // on unmasked ones, so only masked specs enumerate them.
     let masked = spec.mask != MaskKind::None;
     out.extend(twins(&out, MUFU_TURNS, 1, |c| {
         masked && c.switch(PINGPONG, 0) == 1
     }));
     // The first consumer's hidden first block skipped but for its MUFU turn, on the masked
     // tiles with turns at the MUFU that have no half first block (head dims past 128):
-    // 1.5 to 3% over their twins on d256 causal from 1024 keys, level at 512
-    // (bench/NOTES.md).
+    // 1.5 to 3% over their twins on d256 causal from 1024 keys, level at 512.
     out.extend(twins(&out, HIDDEN_FIRST, 1, |c| {
         masked && spec.head_dim_v > 128 && c.switch(MUFU_TURNS, 0) == 1
     }));
     // cuDNN's loop over 256 keys: two persistent consumers without intra-warpgroup
     // overlap (P packed as S dies, so d64's S of 256 columns fits), turns at the MUFU on
     // every mask (without them 0.89x). Half the key blocks of the 128-key tile, so half its
-    // per-block cost: 1.04 to 1.08x it at 512 to 2048 unmasked keys, level causal
-    // (bench/NOTES.md). Where shared memory holds 256 keys (d64).
+    // per-block cost: 1.04 to 1.08x it at 512 to 2048 unmasked keys, level causal.
+    // Where shared memory holds 256 keys (d64).
     let mut wide = ws_config(2, 256, 1, 0, 0);
     wide.switches.insert(PERSISTENT.to_string(), 1);
     wide.switches.insert(MUFU_TURNS.to_string(), 1);
@@ -162,15 +161,14 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // the tanh makes two MUFU ops a score and no row max is left to wait for: 1.02x causal
     // and 1.05x unmasked against the same tile without it (k = 2 and d128 lost). Elsewhere
     // it is offered by check() but not enumerated: on every pingpong tile it ran 0.86 to
-    // 1.0x its twin, with the max path's softcap at best 1.02x the cell's best
-    // (bench/NOTES.md).
+    // 1.0x its twin, with the max path's softcap at best 1.02x the cell's best.
     out.extend(twins(&out, EXP2_EMU, 4, |c| {
         spec.head_dim <= 64 && c.switch(CAP_OFFSET, 0) == 1
     }));
     // Pairs of blocks sharing their K/V loads (unmasked, one block per tile, strided K/V),
     // on the pingpong tiles with overlap: half the K/V reads from L2 lets the power cap
     // hold a 2 to 4% higher clock, at the cost of the pair's blocks waiting for each
-    // other's slots (bench/NOTES.md). Not on the tiles without pingpong or overlap, nor
+    // other's slots (d128 16k sustained 1.038x, clock +2.4%). Not on the tiles without pingpong or overlap, nor
     // with pack-GQA, which led nowhere unmasked.
     out.extend(twins(&out, CLUSTER, 2, |c| {
         pairs_share_loads(spec, c)
@@ -321,7 +319,7 @@ fn q_buffers(spec: &KernelSpec, c: &TileConfig) -> u32 {
 /// and PV GEMM over the visible half. Not over head dims past 128 (the block's second
 /// path spills d256 with sinks and softcap, and the half softmax alone measured level
 /// there), nor with softcap at head dim 64, whose MUFU-bound tiles lost 2% to the second
-/// path (bench/NOTES.md).
+/// path.
 fn half_first_block(spec: &KernelSpec, c: &TileConfig) -> bool {
     warp_specialized(c)
         && spec.mask != MaskKind::None
@@ -560,18 +558,17 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 /// grid (causal and not, seqlen 512 to 16k) among every config of the template. Strided
 /// K/V: the warp-specialised schedule with pingpong and overlap, three consumers over 128
 /// keys at d64 (1.14x the stage-1 pick), two over 128 at d128 (1.37x), two over 80 at
-/// d256 (1.40x) and, untimed, d192 (`bench/results/2026-11-30-h200-*-ws-tma-bench.json`).
+/// d256 (1.40x) and, untimed, d192.
 /// Sliding windows see a few key blocks per query block: one warpgroup over 64 keys led
 /// on window (128, 0) at d64; at d128 one consumer over 64 keys, persistent with two
 /// blocks per SM, 1.06x the non-persistent one over windows of 128 and 1024 keys
-/// (`bench/results/2026-12-02-h200-1107d61-dirty-local-*`). Paged K/V keep the stage-1 schedule, whose
+/// (166 to 173 against 154 to 159 TFLOP/s at window 128). Paged K/V keep the stage-1 schedule, whose
 /// every warp shares the page lookups (the producer alone ran 0.7 to 0.8x). Then smaller
 /// tiles, for feature sets that need more registers (ptxas has the last word: a test
 /// compiles every default without spills). Soft-capped bf16 specs take the chosen tile's
 /// fixed-offset twin (CAP_OFFSET) where check() allows it (warp-specialised tiles): over
 /// every bf16 soft-capped causal and local key of the H200 tune the twins ran 1.055 to
-/// 1.10x their bases (geomean per spec, about 2500 pairs,
-/// `bench/results/2026-12-03-h200-b38e037-dirty-hopper-capoffset-tune-d*.json.xz`).
+/// 1.10x their bases (geomean per spec, about 2500 pairs).
 pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     let tile = default_tile(spec);
     let mut fixed = tile.clone();
@@ -581,7 +578,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     }
     // At d64 the fixed-offset default also emulates every 4th fragment's exp2 (as the
     // space's twins): 1.015 to 1.036x the same tile without it, unmasked and causal at
-    // 4k and 16k (`bench/results/2026-12-03-h200-636620f-dirty-emu-probe-ab-*`).
+    // 4k and 16k.
     let mut emulated = fixed.clone();
     emulated.switches.insert(EXP2_EMU.to_string(), 4);
     if spec.head_dim <= 64 && check(spec, &emulated).is_ok() {
@@ -624,8 +621,7 @@ fn default_tile(spec: &KernelSpec) -> TileConfig {
     }
     // Stage 1. d128 with paged K/V: one warpgroup copying 128-key tiles holds 16 page
     // lookups per thread and spills; two warpgroups share them. Windows: one warpgroup
-    // over 64 keys ran 1.10 to 1.18x the causal picks on window (128, 0)
-    // (`bench/results/2026-11-30-h200-6f2d618-hopper-bench-all-local.json`).
+    // over 64 keys ran 1.10 to 1.18x the causal picks on window (128, 0).
     let measured: &[(u32, u32, u32)] = match (spec.head_dim, paged, local) {
         (..=64, _, true) => &[(1, 64, 2)],
         (..=128, _, true) | (_, false, true) => &[(1, 64, 1)],
@@ -636,7 +632,7 @@ fn default_tile(spec: &KernelSpec) -> TileConfig {
     };
     // d64 over pages: two warpgroups over 64 keys with the pack-GQA row mapping ran 1.14
     // to 1.22x the portable kernel (and 1.33x the same tile without it, a difference not
-    // yet explained: `bench/results/2026-11-30-h200-da26ca6-hopper-bench-d64-paged.json`).
+    // yet explained).
     if spec.head_dim <= 64 && paged {
         let mut c = config(2, 64, 2);
         c.switches.insert(PACK_GQA.to_string(), 1);

@@ -155,7 +155,7 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     // Staggered twins of the ringed tiles of two m-tiles a warp, without other switches
     // but Q in registers and lazy rescaling, for soft-capped specs: there the tanh makes
     // the softmax long enough to pay (1.01 to 1.04x the twin at d64); plain d64 tiles
-    // lost up to 7% with it (`bench/NOTES.md`).
+    // lost up to 7% with it.
     push_twins(&mut out, spec, STAGGER, |c| {
         spec.features.softcap
             && c.stages >= 2
@@ -173,7 +173,7 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     });
     // (Exp2 emulation, EXP2_EMU, is offered by check() and rendered but not enumerated:
     // on d64's soft-capped tiles it ran 0.99 to 1.00x its twin at k = 8, 0.96 to 1.00x
-    // at 4 and 0.92 to 0.96x at 2; bench/NOTES.md.)
+    // at 4 and 0.92 to 0.96x at 2.)
     out
 }
 
@@ -375,26 +375,25 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 
 /// The heuristic default: the first of these that fits the arch. On sm90 the first
 /// choices are the configs with the best geomean over the FA3-paper grid in
-/// `bench/results/2026-11-30-h200-7f68a4e-bench-all.json` and, with swizzled rows,
-/// `bench/results/2026-11-30-h200-21aaeed-bench-all-d{128,256}.json`; elsewhere, conservative
+/// every config timed on the H200 (d128 and d256 again with swizzled rows); elsewhere,
+/// conservative
 /// tiles that compile without spills on every arch (a test holds both to that). The
 /// tuner replaces the default wherever it measures better.
 pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     let softcap = spec.features.softcap;
     // Swizzled rows unless marked PAD_ROWS: the tiles where the swizzle's XORs spill
     // (d192, d128 with softcap) keep padded rows. d256 non-causal: FA2's 128x64 tile
-    // over 8 warps, best once rows are swizzled (bench/NOTES.md). SKIPPING (warps skip
+    // over 8 warps, best once rows are swizzled (312.6 against 285 TFLOP/s geomean for the padded 128x128). SKIPPING (warps skip
     // the masked blocks they cannot see): d96 causal and the d128 window (1.13 to 1.20x);
     // d128 causal gains at 512 only (1.10x) and loses 3% from 4096 on, d64, d192 and
     // d256 lose: theirs stay off, the tuner decides per length
-    // (`bench/results/2026-11-30-h200-{d3226a7-warpskip,99f8474}-*`, `tuning-db/`).
+    // (`tuning-db/`).
     // LAZY_BIT on d128's 128x64 tile: 1.04 to 1.11x unmasked, 1.00 to 1.03x causal
-    // (padded: the swizzled lazy tile spills there), and its plain twin now spills
-    // (`bench/results/2026-12-03-h200-7a6e420-dirty-portable-lazy-ab-*`).
+    // (padded: the swizzled lazy tile spills there), and its plain twin now spills.
     let measured_sm90: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, spec.mask, softcap) {
         (..=64, MaskKind::Local, _) => &[],
         // Soft-capped d64: the two-stage twin, 1.06 to 1.07x the one-stage tile with the
-        // tanh (`bench/results/2026-12-03-h200-94226f4-emu-old.json.xz`).
+        // tanh.
         (..=64, _, true) => &[(128, 4, 64, 2, 1)],
         (..=64, _, _) => &[(128, 4, 64, 1, 1)],
         (..=96, MaskKind::Causal, false) => &[(128, 4, 64, 1, SKIPPING)],
@@ -439,8 +438,8 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     };
     // Local masks (two bounds per row) cost registers the measured tiles may not have:
     // they start from the conservative list until they are tuned. Soft-capping (a tanh
-    // per score) keeps the measured tiles up to d128 (timed in
-    // `bench/results/2026-11-30-h200-485f95e-bench-softcap-all.json`); d256's 128x128
+    // per score) keeps the measured tiles up to d128 (softcap ran 0.75x plain on the
+    // conservative tiles, 0.86x on these); d256's 128x128
     // spills with it.
     // Paged K/V gather rows through the page table, which needs registers the measured
     // tiles do not have (ptxas spills them): the conservative list until tuned.
@@ -461,8 +460,7 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
     }
     // Soft-capped: the cap's fixed offset (CAP_OFFSET) where check() allows it (bf16). Measured on the H200: the
     // staggered d64 128x64x4 tile with it 1.06 to 1.13x the plain pick above, the
-    // unpadded d128 128x64x4 one 1.10 to 1.16x the padded pick
-    // (`bench/results/2026-12-03-h200-b751ec7-dirty-capoffset-ab-*`); with sinks too
+    // unpadded d128 128x64x4 one 1.10 to 1.16x the padded pick; with sinks too
     // (1.09 to 1.16x). Elsewhere the chosen tile's twin where a warp holds 32 rows (d64's
     // plain 128x64x4 twin: 1.02 to 1.07x); of 16 rows it can lose (d128's paged 128x64
     // over 8 warps: 0.95 to 0.97x; `...-capoffset-defaults-*`). Not timed off the H200.

@@ -181,7 +181,7 @@ pub fn check_split_workspace(
 /// the same keys), more tiles than blocks, and a last round that would leave at least
 /// an eighth of the blocks idle (one idle block in 132 does not pay for the merges).
 ///
-/// And where it paid on the H200 (bench/NOTES.md): O of up to 128 columns and at least
+/// And where it paid on the H200: O of up to 128 columns and at least
 /// `SPLIT_MIN_KEYS` keys. Every persistent tile of the FA3 grid split against not split,
 /// twice: d64 and d128 1.006 to 1.016x from 4096 keys, 0.97 to 0.98x at 512 (a tile of
 /// four key blocks cut in pieces pays a merge for little), d256 0.91x at 512 and 0.99 to
@@ -223,7 +223,7 @@ pub fn split_tail(
 const SECTION_L2_BYTES: u64 = 32 << 20;
 /// At most this many pairs per section, so the blocks running together still share a few
 /// pairs' K/V as they read it (sections of up to 256 pairs ran 2.5% slower at 512 tokens
-/// than sections of 16 or 8 on the H200: bench/NOTES.md).
+/// than sections of 16 or 8 on the H200).
 const MAX_SECTION_PAIRS: u64 = 16;
 
 /// Pairs per section of a causal grid of `pairs` x `m_blocks` tiles. Taken one pair at a
