@@ -16,8 +16,9 @@ use super::*;
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Also time each cell's tuned choice from this tuning database (rows with backend
-    /// `fa4-gen-tuned`: the winner where it beats the default by 2%, or 10% on screening
-    /// times before the key's finals, else the default).
+    /// `fa4-gen-tuned`: the choice the record serves, else the default), measured on this
+    /// GPU or, where it has no records, on the arch's most tuned GPU, as the shipped
+    /// cache serves them.
     #[arg(long)]
     pub db: Option<PathBuf>,
     /// Head dims.
@@ -313,17 +314,27 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
         None => None,
         Some(path) => {
             let renderer = Renderer::embedded()?;
-            let (choices, stale) =
+            let picks =
                 fa4_gen::measure::bench::tuned_choices(path, &gpu.info, &templates, &renderer)?;
             // A stale record's cell is timed with the default as its "tuned" row, which
             // reads as a regression unless said (always, -q or not).
-            if stale > 0 {
+            if picks.stale > 0 {
                 eprintln!(
-                    "warning: {stale} records in {} are of other template versions: their cells time the default; \
+                    "warning: {} records in {} are of other template versions: their cells time the default; \
                      re-tune those specs (`fa4-gen tune`, which keeps the timings of kernels whose code is unchanged)",
+                    picks.stale,
                     path.display()
                 );
             }
+            if let Some(other) = &picks.measured_on {
+                eprintln!(
+                    "note: {} has no records of {}: the tuned rows time the picks measured on {other}, \
+                     as the shipped cache serves them",
+                    path.display(),
+                    gpu.info.name
+                );
+            }
+            let choices = picks.choices;
             Some(choices)
         }
     };
