@@ -11,7 +11,9 @@ use fa4_gen::space::{Candidate, Template, TemplateSpace};
 
 use fa4_gen::measure::bench::{BenchPlan, Event};
 
-use super::*;
+use super::{
+    device_kernels, open_gpu, parse_list, window_arg, CliError, CliResult, ConfigArgs, SpecArgs,
+};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {

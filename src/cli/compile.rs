@@ -10,7 +10,10 @@ use fa4_gen::compile::{self, BuildDir, BuildSummary, BuiltKernel, Nvrtc, Outcome
 use fa4_gen::render::Renderer;
 use fa4_gen::space::{RejectKind, Template};
 
-use super::*;
+use super::{
+    check_build, compile_pool, load_nvrtc, plan_all, untested_note, BarReporter, CliError,
+    CliResult, SpecArgs,
+};
 
 #[derive(Debug, Args)]
 pub struct RenderArgs {

@@ -5,7 +5,7 @@ use fa4_spec::Arch;
 
 use fa4_gen::space::{self};
 
-use super::*;
+use super::{plan_all, untested_note, CliResult, SpecArgs};
 
 #[derive(Debug, Args)]
 pub struct ListArgs {

@@ -8,7 +8,7 @@ use fa4_spec::{Arch, ParseError};
 
 use fa4_gen::compile::{self, BuildDir};
 
-use super::*;
+use super::{CliError, CliResult};
 
 #[derive(Debug, Args)]
 pub struct SassArgs {

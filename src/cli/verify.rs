@@ -9,7 +9,7 @@ use fa4_gen::compile::BuildDir;
 use fa4_gen::measure::gpu::FwdKernel;
 use fa4_gen::measure::verify;
 
-use super::*;
+use super::{device_kernels, open_gpu, parse_list, CliError, CliResult, ConfigArgs, SpecArgs};
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
