@@ -14,7 +14,6 @@
 //! [`SETTLE_MS`] of back-to-back runs, as the benchmark does, and the winner is chosen
 //! by those settled times. Finals resume like screening: a finalist with a settled time
 //! is not timed again (one whose finals timing failed is tried again on the next run).
-
 //!
 //! The parts, one job each:
 //!
@@ -26,10 +25,13 @@
 //!   timings carried over from another template version;
 //! - `finals`: which candidates are a key's finalists and whether their finals stand;
 //! - `winners`: the closing table, each key's winner against its default;
-//! - `gpu`: [`GpuMeasurer`], the [`Measurer`] that checks and times on a GPU.
+//! - `gpu`: [`GpuMeasurer`], the [`Measurer`] that checks and times on a GPU;
+//! - `pipeline`: a whole run ([`run`]): the specs compiled on a background thread while
+//!   the GPU tunes the spec before, and the run's summary.
 
 mod finals;
 mod gpu;
+mod pipeline;
 mod policy;
 mod resume;
 mod scope;
@@ -39,13 +41,14 @@ mod winners;
 #[cfg(test)]
 mod tests;
 
-use crate::compile::BuiltKernel;
+use crate::compile::{BuildSummary, BuiltKernel, Nvrtc};
 use crate::db::{DbError, Outcome, Record};
 use crate::measure::gpu::GpuError;
 use crate::space::Template;
 use fa4_spec::{Bucket, KernelSpec};
 
 pub use gpu::GpuMeasurer;
+pub use pipeline::{run, RunError, TimingSummary, TuneRequest, TuneSummary};
 pub use policy::{
     bucket_cell, timing_policy, CHECK_CASES, FINALISTS, FINAL_PASSES, HIDDEN, KEY_WARMUP_MS,
     PAGE_SIZE, SETTLE_MS, SOFTCAP, TIME_BUDGET_MS, TOKENS,
@@ -119,8 +122,22 @@ pub trait Measurer {
     ) -> Result<Result<Timing, String>, TuneError>;
 }
 
-/// What the loop tells whoever watches it.
+/// What a tune tells whoever watches it: the stages of a [`run`], then every check and
+/// measurement of [`tune_spec`] (which calls only those). Every method does nothing
+/// unless implemented.
 pub trait Progress {
+    /// NVRTC was loaded to build the run's kernels (cubins meant to ship are built with
+    /// 13.0.x).
+    fn nvrtc_loaded(&self, _nvrtc: &Nvrtc) {}
+    /// `keys` outside the run have records of another template version
+    /// ([`stale_outside`]): `build-cache` and `bench --db` serve their defaults until they
+    /// are tuned too. Told before the GPU time goes in.
+    fn stale_outside(&self, _keys: &[Key]) {}
+    /// One spec's candidates were built (compiled now or found built), all of them
+    /// sound; with a GPU, its keys are tuned next.
+    fn built(&self, _template: Template, _spec: &KernelSpec, _summary: &BuildSummary) {}
+    /// One spec's keys were tuned (or stopped by the budget): what that did.
+    fn tuned(&self, _template: Template, _spec: &KernelSpec, _counts: &Counts) {}
     /// `planned` more (candidate, bucket) measurements are coming, finals included (an
     /// upper bound: [`FINALISTS`] per key whose finals are not done).
     fn planned(&self, _count: usize) {}
