@@ -9,26 +9,31 @@
 //! templates in hand is stale, never served, and `gc` removes it.
 //!
 //! - `record`: a record, its candidates and outcomes, and the choice of what it serves;
+//! - `slim`: a record cut down to the candidates that decide that, the rest summarised;
 //! - `store`: the sled store (open, put, merge, gc, carry, stamp-code);
-//! - `export`: the JSON export, and reading it back.
+//! - `export`: the JSON export, slim or full, and reading it back.
 
 use std::path::PathBuf;
 
 mod export;
 mod record;
+mod slim;
 mod store;
 
 #[cfg(test)]
 mod tests;
 
-pub use export::{export_json, parse_export};
+pub use export::{export, export_json, parse_export, parse_export_entries, Detail};
 pub use record::{
     record_key, Candidate, Device, Outcome, Record, TimingPolicy, MIN_GAIN, MIN_GAIN_PLACED,
     MIN_GAIN_SCREENED,
 };
+pub use slim::{Entry, Screened};
 pub use store::{CarrySummary, MergeSummary, TuningDb};
 
-/// The format of the store (its mark) and of the export.
+/// The format of the store (its mark) and of the export. A slim export reads under it
+/// too: its records are records with fewer candidates, and the summary beside them is a
+/// field that older readers skip.
 const FORMAT: &str = "fa4-gen tuning-db 1";
 
 #[derive(Debug, thiserror::Error)]

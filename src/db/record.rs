@@ -150,6 +150,12 @@ impl Candidate {
         .filter(|ms| ms.is_finite() && *ms > 0.0)
     }
 
+    /// Whether it holds finals timings (a settled time or passes), whatever they read.
+    pub fn has_finals(&self) -> bool {
+        matches!(&self.outcome, Outcome::Measured { settled_ms, settled_passes, .. }
+            if settled_ms.is_some() || !settled_passes.is_empty())
+    }
+
     /// Records (or, with None, drops) its settled time, as one pass; a failed candidate
     /// has none.
     pub fn set_settled_ms(&mut self, settled: Option<f64>) {
@@ -267,11 +273,31 @@ impl Record {
     /// only the finalists with a settled time compete, by that time; before, every
     /// measured candidate by its screening time. None if nothing was measured.
     pub fn winner(&self) -> Option<(&Candidate, f64)> {
+        self.winner_index().map(|(i, ms)| (&self.candidates[i], ms))
+    }
+
+    /// [`Record::winner`] by index: the first of the fastest.
+    fn winner_index(&self) -> Option<(usize, f64)> {
         let settled = self.finals_done();
         self.candidates
             .iter()
-            .filter_map(|c| ranking_ms(c, settled).map(|ms| (c, ms)))
+            .enumerate()
+            .filter_map(|(i, c)| ranking_ms(c, settled).map(|ms| (i, ms)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// The candidates that decide what the record serves, by index, in order: candidate
+    /// 0 (the heuristic default), every finalist (a candidate with finals timings) and
+    /// the winner. A record of these alone has the same winner, default time and so
+    /// [`Record::choice`]: once the finals ran only the finalists rank, all of them
+    /// here; before, the winner is the first of the fastest and stays so among fewer
+    /// candidates in the same order. The slim export keeps these
+    /// ([`crate::db::Entry::slim`]).
+    pub fn deciding(&self) -> Vec<usize> {
+        let winner = self.winner_index().map(|(i, _)| i);
+        (0..self.candidates.len())
+            .filter(|&i| i == 0 || Some(i) == winner || self.candidates[i].has_finals())
+            .collect()
     }
 
     /// The candidate to serve: the winner, unless it beats candidate 0 (the heuristic

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use fa4_spec::TileConfig;
 
 use super::record::{Outcome, Record};
+use super::slim::Entry;
 use super::{DbError, FORMAT};
 use crate::space::Template;
 
@@ -29,6 +30,9 @@ pub struct MergeSummary {
     pub replaced: usize,
     /// Keys where this database's record was kept.
     pub kept: usize,
+    /// Slim records given back the candidates they left out: the incoming record is
+    /// the one they were cut from, whole (same template version, date and winner).
+    pub restored: usize,
 }
 
 /// What [`TuningDb::carry_unchanged`] did: records moved to the current template
@@ -129,17 +133,20 @@ impl TuningDb {
         Ok(db)
     }
 
+    fn io(&self, e: sled::Error) -> DbError {
+        DbError::Io {
+            path: self.path.clone(),
+            why: e.to_string(),
+        }
+    }
+
     /// Moves records stored under the key scheme without the template to their key now
     /// (written first and flushed, then the old key removed: a crash in between leaves
     /// a duplicate that the next open removes, never a loss).
     fn rekey_legacy(&self) -> Result<(), DbError> {
-        let io = |e: sled::Error| DbError::Io {
-            path: self.path.clone(),
-            why: e.to_string(),
-        };
         let mut moved = Vec::new();
         for item in self.tree.iter() {
-            let (k, v) = item.map_err(io)?;
+            let (k, v) = item.map_err(|e| self.io(e))?;
             if k.as_ref() == FORMAT_KEY {
                 continue;
             }
@@ -151,23 +158,24 @@ impl TuningDb {
             {
                 continue;
             }
-            let record = self.decode(&key, &v)?;
-            if key != record.key() && key == record.legacy_key() {
-                moved.push((key, record));
+            let entry = self.decode(&key, &v)?;
+            if key != entry.record.key() && key == entry.record.legacy_key() {
+                moved.push((key, entry));
             }
         }
-        for (old, record) in moved {
+        for (old, entry) in moved {
+            let new = entry.record.key();
             if self
                 .tree
-                .get(record.key().as_bytes())
-                .map_err(io)?
+                .get(new.as_bytes())
+                .map_err(|e| self.io(e))?
                 .is_none()
             {
-                self.put(&record)?;
+                self.put_entry(&entry)?;
             }
-            self.tree.remove(old.as_bytes()).map_err(io)?;
+            self.tree.remove(old.as_bytes()).map_err(|e| self.io(e))?;
         }
-        self.tree.flush().map_err(io)?;
+        self.tree.flush().map_err(|e| self.io(e))?;
         Ok(())
     }
 
@@ -175,28 +183,38 @@ impl TuningDb {
         &self.path
     }
 
-    /// Stores a record (replacing the one with the same key) and flushes it to disk.
+    /// Stores a record whole (replacing the one with the same key, and with it any
+    /// summary of candidates left out that a slim import stored: what is written now
+    /// is what the key holds, as a tune writes it while it screens those candidates
+    /// again) and flushes it to disk.
     pub fn put(&self, record: &Record) -> Result<(), DbError> {
-        let bytes = serde_json::to_vec(record).expect("records serialise");
+        self.write(&record.key(), serde_json::to_vec(record))
+    }
+
+    /// Stores an entry (a record, and the summary of what a slim one leaves out),
+    /// replacing the one with the same key, and flushes it to disk.
+    pub fn put_entry(&self, entry: &Entry) -> Result<(), DbError> {
+        self.write(&entry.record.key(), serde_json::to_vec(entry))
+    }
+
+    fn write(&self, key: &str, bytes: serde_json::Result<Vec<u8>>) -> Result<(), DbError> {
         self.tree
-            .insert(record.key().as_bytes(), bytes)
+            .insert(key.as_bytes(), bytes.expect("records serialise"))
             .and_then(|_| self.tree.flush())
             .map(|_| ())
-            .map_err(|e| DbError::Io {
-                path: self.path.clone(),
-                why: e.to_string(),
-            })
+            .map_err(|e| self.io(e))
     }
 
     pub fn get(&self, key: &str) -> Result<Option<Record>, DbError> {
-        let value = self.tree.get(key.as_bytes()).map_err(|e| DbError::Io {
-            path: self.path.clone(),
-            why: e.to_string(),
-        })?;
+        Ok(self.get_entry(key)?.map(|e| e.record))
+    }
+
+    pub fn get_entry(&self, key: &str) -> Result<Option<Entry>, DbError> {
+        let value = self.tree.get(key.as_bytes()).map_err(|e| self.io(e))?;
         value.map(|v| self.decode(key, &v)).transpose()
     }
 
-    fn decode(&self, key: &str, bytes: &[u8]) -> Result<Record, DbError> {
+    fn decode(&self, key: &str, bytes: &[u8]) -> Result<Entry, DbError> {
         serde_json::from_slice(bytes).map_err(|e| DbError::BadRecord {
             path: self.path.clone(),
             key: key.to_string(),
@@ -206,12 +224,14 @@ impl TuningDb {
 
     /// Every record, sorted by key.
     pub fn records(&self) -> Result<Vec<Record>, DbError> {
+        Ok(self.entries()?.into_iter().map(|e| e.record).collect())
+    }
+
+    /// Every entry (record and summary of what it leaves out), sorted by key.
+    pub fn entries(&self) -> Result<Vec<Entry>, DbError> {
         let mut out = Vec::new();
         for item in self.tree.iter() {
-            let (k, v) = item.map_err(|e| DbError::Io {
-                path: self.path.clone(),
-                why: e.to_string(),
-            })?;
+            let (k, v) = item.map_err(|e| self.io(e))?;
             if k.as_ref() == FORMAT_KEY {
                 continue;
             }
@@ -220,21 +240,31 @@ impl TuningDb {
         Ok(out)
     }
 
-    /// Adds `incoming` records: new keys are added; on a shared key the record with the
-    /// faster winner stays (a record with a winner beats one without).
+    /// Adds `incoming` records, each holding every candidate it was measured with
+    /// ([`TuningDb::merge_entries`]).
     pub fn merge_records(&self, incoming: Vec<Record>) -> Result<MergeSummary, DbError> {
+        self.merge_entries(incoming.into_iter().map(Entry::from).collect())
+    }
+
+    /// Adds `incoming` entries: new keys are added; on a shared key the record with the
+    /// faster winner stays (a record with a winner beats one without), and a slim record
+    /// gives way to the whole record it was cut from.
+    pub fn merge_entries(&self, incoming: Vec<Entry>) -> Result<MergeSummary, DbError> {
         let mut summary = MergeSummary::default();
-        for record in incoming {
-            match self.get(&record.key())? {
+        for entry in incoming {
+            match self.get_entry(&entry.record.key())? {
                 None => {
                     summary.added += 1;
-                    self.put(&record)?;
+                    self.put_entry(&entry)?;
                 }
                 Some(current) => {
                     let ms = |r: &Record| r.winner().map_or(f64::INFINITY, |w| w.1);
-                    if ms(&record) < ms(&current) {
+                    if ms(&entry.record) < ms(&current.record) {
                         summary.replaced += 1;
-                        self.put(&record)?;
+                        self.put_entry(&entry)?;
+                    } else if restores(&current, &entry) {
+                        summary.restored += 1;
+                        self.put_entry(&entry)?;
                     } else {
                         summary.kept += 1;
                     }
@@ -252,9 +282,9 @@ impl TuningDb {
         code_of: impl Fn(&str) -> Option<String>,
     ) -> Result<(usize, usize), DbError> {
         let (mut stamped, mut rewritten) = (0, 0);
-        for mut record in self.records()? {
+        for mut entry in self.entries()? {
             let mut changed = false;
-            for c in &mut record.candidates {
+            for c in &mut entry.record.candidates {
                 if let Outcome::Measured { code_hash, .. } = &mut c.outcome {
                     if code_hash.is_empty() {
                         if let Some(h) = code_of(&c.kernel).filter(|h| !h.is_empty()) {
@@ -266,7 +296,7 @@ impl TuningDb {
                 }
             }
             if changed {
-                self.put(&record)?;
+                self.put_entry(&entry)?;
                 rewritten += 1;
             }
         }
@@ -280,14 +310,17 @@ impl TuningDb {
     /// code. A template edit that leaves a spec's kernels alone (a comment, a switch its
     /// configs do not use) so costs it no GPU time; a record with any candidate not built
     /// now, failed, timed without a code hash or of other machine code stays as it is,
-    /// for `fa4-gen tune` (which keeps the timings of the unchanged kernels).
+    /// for `fa4-gen tune` (which keeps the timings of the unchanged kernels). A slim
+    /// record is judged by the candidates it holds and moves with its summary of the
+    /// others.
     pub fn carry_unchanged(
         &self,
         current: impl Fn(Template) -> String,
         built: impl Fn(&Record, &TileConfig) -> Option<(String, String)>,
     ) -> Result<CarrySummary, DbError> {
         let mut summary = CarrySummary::default();
-        for mut record in self.records()? {
+        for mut entry in self.entries()? {
+            let record = &mut entry.record;
             if !record.is_stale(&current) {
                 continue;
             }
@@ -295,7 +328,7 @@ impl TuningDb {
                 .candidates
                 .iter()
                 .map(|c| {
-                    let (id, code) = built(&record, &c.config)?;
+                    let (id, code) = built(record, &c.config)?;
                     c.timed_code(&code).then_some(id)
                 })
                 .collect();
@@ -305,7 +338,7 @@ impl TuningDb {
                         c.kernel = id;
                     }
                     record.template_hash = current(record.template);
-                    self.put(&record)?;
+                    self.put_entry(&entry)?;
                     summary.carried += 1;
                 }
                 None => summary.left.push(record.key()),
@@ -324,15 +357,21 @@ impl TuningDb {
             .map(|r| r.key())
             .collect();
         for key in &stale {
-            self.tree.remove(key.as_bytes()).map_err(|e| DbError::Io {
-                path: self.path.clone(),
-                why: e.to_string(),
-            })?;
+            self.tree.remove(key.as_bytes()).map_err(|e| self.io(e))?;
         }
-        self.tree.flush().map_err(|e| DbError::Io {
-            path: self.path.clone(),
-            why: e.to_string(),
-        })?;
+        self.tree.flush().map_err(|e| self.io(e))?;
         Ok(stale)
     }
+}
+
+/// Whether `incoming` is the whole record that the slim `current` was cut from: the same
+/// template version, date and winner, and more candidates.
+fn restores(current: &Entry, incoming: &Entry) -> bool {
+    let (c, i) = (&current.record, &incoming.record);
+    current.is_slim()
+        && !incoming.is_slim()
+        && i.candidates.len() > c.candidates.len()
+        && i.template_hash == c.template_hash
+        && i.date == c.date
+        && i.winner().map(|w| w.1) == c.winner().map(|w| w.1)
 }

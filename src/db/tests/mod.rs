@@ -1,12 +1,14 @@
-//! The tuning database's tests: the choice rule (`record`), the sled store and its
-//! export (`store`).
+//! The tuning database's tests: the choice rule (`record`), the sled store (`store`),
+//! the export and its slim records (`export`).
 
 use fa4_spec::{Arch, Bucket, Dtype, KernelSpec, MaskKind, TileConfig};
 
 use super::*;
 
+mod export;
 mod record;
 mod store;
+mod tune;
 
 fn record(ms: &[Option<f64>], seqlen: u32, gpu: &str) -> Record {
     let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
@@ -72,4 +74,13 @@ fn settle(mut r: Record, settled: &[Option<f64>]) -> Record {
         c.set_settled_ms(*s);
     }
     r
+}
+
+/// The kernels of `e`'s candidates, in order.
+fn kernels(e: &Entry) -> Vec<&str> {
+    e.record
+        .candidates
+        .iter()
+        .map(|c| c.kernel.as_str())
+        .collect()
 }

@@ -209,6 +209,7 @@ fn merge_keeps_the_fastest_per_key_and_device() {
             added: 2,
             replaced: 1,
             kept: 1,
+            restored: 0,
         }
     );
     let best = db.get(&record(&[], 4096, "H200").key()).unwrap().unwrap();
