@@ -706,6 +706,87 @@ fn db_round_trips_an_export_and_refuses_foreign_folders() {
     assert_eq!(std::fs::read(other.join("notes.txt")).unwrap(), b"keep me");
 }
 
+/// `db export` writes each key's deciding candidates (the default and the winner here)
+/// and a summary of the rest; `--full` writes them all. Both import; the slim record
+/// serves what the full one does, and gives way to it when the full one is imported.
+#[test]
+fn db_exports_slim_records_and_full_ones_on_request() {
+    use fa4_gen::db::{export_json, parse_export, Outcome};
+
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| fa4_gen_ok(dir.path(), args);
+    // The default at 1.25 ms, then candidates at 1.0 (the winner), 1.5 and a failure.
+    let mut record = hand_record("portable_x0", "0123456789abcdef");
+    for (i, ms) in [Some(1.0), Some(1.5), None].into_iter().enumerate() {
+        let mut c = record.candidates[0].clone();
+        c.kernel = format!("portable_x{}", i + 1);
+        c.config.block_n = 64 << (i + 1);
+        c.outcome = match ms {
+            Some(ms) => Outcome::Measured {
+                ms,
+                spread: 0.02,
+                tflops: 300.0,
+                registers: 240,
+                settled_ms: None,
+                settled_passes: Vec::new(),
+                code_hash: String::new(),
+            },
+            None => Outcome::Failed {
+                error: "wrong output".into(),
+            },
+        };
+        record.candidates.push(c);
+    }
+    let full = dir.path().join("full.json");
+    std::fs::write(&full, export_json(std::slice::from_ref(&record))).unwrap();
+    let db = dir.path().join("db");
+    let db_arg = db.to_str().unwrap();
+    run(&["db", "import", full.to_str().unwrap(), "--db", db_arg]);
+    let export = |name: &str, db: &str, more: &[&str]| {
+        let out = dir.path().join(name);
+        let args = [
+            &["db", "export", "--out", out.to_str().unwrap(), "--db", db],
+            more,
+        ]
+        .concat();
+        run(&args);
+        (out.clone(), std::fs::read_to_string(out).unwrap())
+    };
+    let (_, again) = export("again.json", db_arg, &["--full"]);
+    assert_eq!(again, std::fs::read_to_string(&full).unwrap());
+    let (slim_path, slim) = export("slim.json", db_arg, &[]);
+    let json: serde_json::Value = serde_json::from_str(&slim).unwrap();
+    let r = &json["records"][record.key()];
+    let kernels: Vec<&str> = r["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kernel"].as_str().unwrap())
+        .collect();
+    assert_eq!(kernels, ["portable_x0", "portable_x1"]);
+    assert_eq!(
+        r["screened"],
+        serde_json::json!({"measured": 1, "failed": 1, "fastest_ms": 1.5, "slowest_ms": 1.5})
+    );
+    let back = parse_export(&slim_path, &slim).unwrap();
+    assert_eq!(back[0].choice(), record.choice());
+    // A store seeded from the slim export exports it again as it was, and takes the
+    // full record back.
+    let other = dir.path().join("other");
+    let other_arg = other.to_str().unwrap();
+    run(&[
+        "db",
+        "import",
+        slim_path.to_str().unwrap(),
+        "--db",
+        other_arg,
+    ]);
+    assert_eq!(export("slim2.json", other_arg, &[]).1, slim);
+    let said = run(&["db", "import", full.to_str().unwrap(), "--db", other_arg]);
+    assert!(said.contains("1 slim records restored whole"), "{said}");
+    assert_eq!(export("full2.json", other_arg, &["--full"]).1, again);
+}
+
 /// A sliding window is served by the bucket of its width, whatever the sequence's length;
 /// a malformed window is a usage error that says what it takes.
 #[test]

@@ -25,12 +25,18 @@ pub struct DbArgs {
 pub enum DbAction {
     /// One line per key: spec, bucket, device, winner and its speed against the default.
     Show,
-    /// Write the sorted JSON export (the file committed under tuning-db/).
+    /// Write the sorted JSON export (the file committed under tuning-db/): per key, the
+    /// candidates that decide what it serves (the default, the finalists, the winner),
+    /// the others summarised.
     Export {
         #[arg(long, default_value = "tuning-db/sm90.json")]
         out: PathBuf,
+        /// Every candidate with its outcome, not the summary.
+        #[arg(long)]
+        full: bool,
     },
-    /// Add the records of an export; on a shared key the faster winner stays.
+    /// Add the records of an export (slim or full); on a shared key the faster winner
+    /// stays, and a slim record gives way to the whole one it was cut from.
     Import { file: PathBuf },
     /// Add the records of another database; the faster winner per key and device stays.
     Merge { other: PathBuf },
@@ -58,7 +64,7 @@ pub enum DbAction {
 // ---- db ------------------------------------------------------------------------------------
 
 pub(super) fn run(a: DbArgs) -> CliResult {
-    use fa4_gen::db::{export_json, parse_export, TuningDb};
+    use fa4_gen::db::{export, parse_export_entries, Detail, TuningDb};
     let db = TuningDb::open(&a.db)?;
     match a.action {
         DbAction::Show => {
@@ -86,15 +92,19 @@ pub(super) fn run(a: DbArgs) -> CliResult {
             }
             println!("{} records in {}", records.len(), a.db.display());
         }
-        DbAction::Export { out } => {
-            let records = db.records()?;
-            fa4_gen::fsutil::write_atomic(&out, export_json(&records).as_bytes())?;
-            println!("{} records written to {}", records.len(), out.display());
+        DbAction::Export { out, full } => {
+            let entries = db.entries()?;
+            let detail = if full { Detail::Full } else { Detail::Slim };
+            fa4_gen::fsutil::write_atomic(&out, export(&entries, detail).as_bytes())?;
+            println!("{} records written to {}", entries.len(), out.display());
         }
         DbAction::Import { file } => {
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| CliError::Failed(format!("{}: {e}", file.display())))?;
-            report_merge(&a.db, db.merge_records(parse_export(&file, &text)?)?);
+            report_merge(
+                &a.db,
+                db.merge_entries(parse_export_entries(&file, &text)?)?,
+            );
         }
         DbAction::Merge { other } => {
             if other == a.db {
@@ -102,8 +112,8 @@ pub(super) fn run(a: DbArgs) -> CliResult {
                     "merge needs another database than --db".into(),
                 ));
             }
-            let incoming = TuningDb::open(&other)?.records()?;
-            report_merge(&a.db, db.merge_records(incoming)?);
+            let incoming = TuningDb::open(&other)?.entries()?;
+            report_merge(&a.db, db.merge_entries(incoming)?);
         }
         DbAction::Carry { build } => {
             let renderer = Renderer::embedded()?;
@@ -197,8 +207,13 @@ pub(super) fn built_kernels(
 }
 
 pub(super) fn report_merge(db: &std::path::Path, s: fa4_gen::db::MergeSummary) {
+    let restored = if s.restored > 0 {
+        format!(", {} slim records restored whole", s.restored)
+    } else {
+        String::new()
+    };
     println!(
-        "{}: {} added, {} replaced by faster winners, {} kept",
+        "{}: {} added, {} replaced by faster winners, {} kept{restored}",
         db.display(),
         s.added,
         s.replaced,
