@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::compile::{code, resources};
 use crate::compile::{Nvrtc, Reporter};
-use crate::db::Record;
+use crate::db::{self, GpuId, Record};
 use crate::fsutil::{write_atomic, WriteError};
 use crate::render::{RenderError, Renderer};
 use crate::space::{self, Candidate, Footprint, Template, TemplateSpace};
@@ -130,23 +130,15 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
     let mut tuned_on = BTreeMap::new();
     let mut wanted: Vec<(Candidate, Option<u32>)> = Vec::new();
     let mut borrowed = BTreeMap::new();
-    let gpu_of = |r: &Record| format!("{} ({} SMs)", r.device.name, r.device.sm_count);
     for &arch in &archs {
-        let mut by_gpu: BTreeMap<String, usize> = BTreeMap::new();
-        for r in records.iter().filter(|r| r.spec.arch == arch) {
-            *by_gpu.entry(gpu_of(r)).or_default() += 1;
-        }
-        let gpu = by_gpu
-            .iter()
-            .max_by_key(|(name, n)| (**n, std::cmp::Reverse((*name).clone())))
-            .map(|(g, _)| g.clone());
+        let gpu = db::served_gpu(records, arch, None);
         for (template, spec) in specs.iter().filter(|(_, s)| s.arch == arch) {
             wanted.push((space::default_candidate(*template, spec), None));
         }
         if let Some(gpu) = &gpu {
             let on_gpu: Vec<&Record> = records
                 .iter()
-                .filter(|r| r.spec.arch == arch && gpu_of(r) == *gpu)
+                .filter(|r| r.spec.arch == arch && GpuId::of(r) == *gpu)
                 .collect();
             // The record's choice for its bucket, built for `spec`.
             let choice_for = |r: &Record, spec: KernelSpec| {
@@ -188,7 +180,7 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
                 }
             }
         }
-        tuned_on.insert(arch, gpu);
+        tuned_on.insert(arch, gpu.map(|g| g.to_string()));
     }
     Plan {
         tuned_on,

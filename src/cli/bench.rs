@@ -6,6 +6,7 @@ use clap::Args;
 use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind, ParseError};
 
 use fa4_gen::compile::BuildDir;
+use fa4_gen::db::{self, GpuId};
 use fa4_gen::render::Renderer;
 use fa4_gen::space::{Candidate, Template, TemplateSpace};
 
@@ -316,8 +317,13 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
         None => None,
         Some(path) => {
             let renderer = Renderer::embedded()?;
-            let picks =
-                fa4_gen::measure::bench::tuned_choices(path, &gpu.info, &templates, &renderer)?;
+            let own = GpuId {
+                name: gpu.info.name.clone(),
+                sm_count: gpu.info.sm_count,
+            };
+            let picks = db::tuned_choices(path, arch, &own, &templates, |t| {
+                renderer.template_hash(t).to_string()
+            })?;
             // A stale record's cell is timed with the default as its "tuned" row, which
             // reads as a regression unless said (always, -q or not).
             if picks.stale > 0 {

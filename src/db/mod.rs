@@ -11,12 +11,14 @@
 //! - `record`: a record, its candidates and outcomes, and the choice of what it serves;
 //! - `slim`: a record cut down to the candidates that decide that, the rest summarised;
 //! - `store`: the sled store (open, put, merge, gc, carry, stamp-code);
-//! - `export`: the JSON export, slim or full, and reading it back.
+//! - `export`: the JSON export, slim or full, and reading it back;
+//! - `serving`: which GPU's records an arch serves, and their choices.
 
 use std::path::PathBuf;
 
 mod export;
 mod record;
+mod serving;
 mod slim;
 mod store;
 
@@ -28,6 +30,7 @@ pub use record::{
     record_key, Candidate, Device, Outcome, Record, TimingPolicy, MIN_GAIN, MIN_GAIN_PLACED,
     MIN_GAIN_SCREENED,
 };
+pub use serving::{served_gpu, tuned_choices, GpuId, TunedPicks};
 pub use slim::{Entry, Screened};
 pub use store::{CarrySummary, MergeSummary, TuningDb};
 

@@ -14,13 +14,13 @@ pub const MIN_GAIN: f64 = 1.02;
 /// ([`TimingPolicy::final_placements`]): the default and the winner then met side by side
 /// on three placements, not once, and of 33 winners re-timed so, every one ran 1.013 to
 /// 1.36x the default in the bench after, including the three whose finals margin was
-/// 0.3 to 2.1% (`bench/NOTES.md`); 2% had held two of those back.
+/// 0.3 to 2.1%; 2% had held two of those back.
 pub const MIN_GAIN_PLACED: f64 = 1.01;
 
 /// The same before the finals ran, on screening times alone. A screening time is one
 /// short timing among a hundred candidates: a soft-capped d64 key whose tune stopped
-/// before its finals served a tile screened 1.027x the default that then ran 0.93x it
-/// (`bench/NOTES.md`), and its finals kept the default. So a screened record serves
+/// before its finals served a tile screened 1.027x the default that then ran 0.93x it,
+/// and its finals kept the default. So a screened record serves
 /// only a clear win; `tune` resumes into the finals.
 pub const MIN_GAIN_SCREENED: f64 = 1.10;
 
@@ -303,7 +303,7 @@ impl Record {
     /// The candidate to serve: the winner, unless it beats candidate 0 (the heuristic
     /// default) by less than [`MIN_GAIN`] in the same metric (both settled once the
     /// finals ran), which is within the run-to-run spread of a timing (2 to 3% between
-    /// device calls, `bench/NOTES.md`), [`MIN_GAIN_PLACED`] where the finals' passes
+    /// device calls), [`MIN_GAIN_PLACED`] where the finals' passes
     /// ran on buffer sets of their own, or [`MIN_GAIN_SCREENED`] before the finals;
     /// then the default. None when nothing was measured.
     pub fn choice(&self) -> Option<&Candidate> {

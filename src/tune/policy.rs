@@ -32,22 +32,18 @@ pub const SETTLE_MS: f64 = 50.0;
 /// the set-up of the key's problem, during which the GPU idled, and 50 ms did not bring
 /// the clocks back down to where the next finalists were timed (the default, always
 /// first, read 1% faster against its screening than the others did, and d128 at 1024
-/// keys kept it on a 0.5% lead over a tile that runs 11% faster held at the power cap:
-/// `bench/NOTES.md`).
+/// keys kept it on a 0.5% lead over a tile that runs 11% faster held at the power cap).
 pub const KEY_WARMUP_MS: f64 = 250.0;
 /// Finals passes of every key, each on its own buffer set (pass p on placement p, behind
 /// a spacer of its own size: [`GpuMeasurer`]). Each pass times every finalist once, in
 /// an order rotated by one per pass; the mean of a finalist's passes ranks it.
-/// Passes first came to short keys, where one settled timing decided between tiles
-/// within 5% of each other on a reading that another call put 10% off (d256 at 512
-/// keys: `bench/NOTES.md`). They spread over placements since picks were found 5 to 12%
-/// slower than the default on one buffer set of three to eight and 1 to 5% faster on
-/// the others, the same set in two passes (a persistent tile at d128 causal 4k and 32k,
-/// a non-persistent one at d64 causal 16k; `bench --placements`): a pick timed on one
-/// set can win or lose by where its buffers landed, and an engine's buffers land
-/// anywhere. The mean, not the median: the median let a tile faster on two sets of three
-/// but slower on average win (d64 at 1024 keys), and a slow set is what that tile costs
-/// an engine whose buffers land there (`bench/NOTES.md`).
+/// One settled timing decided near-ties on readings another call put 10% off (d256
+/// at 512 keys), and a pick could trail its default by 5 to 12% on one pass in three
+/// to eight: a clock dip under the power cap about a second into sustained load, not
+/// the buffers' addresses. Passes at other times and on other buffer sets outvote
+/// both. The mean, not the median: a pass slow for every finalist adds the same to
+/// each mean and cancels, while the median let a tile faster on two passes of three
+/// but slower on average win (d64 at 1024 keys; 7% faster over six sets).
 pub const FINAL_PASSES: usize = 3;
 /// The standard verify cases every candidate passes before it is timed: odd lengths,
 /// more keys than queries, GQA, ragged varlen batches with empty sequences, prefixes,

@@ -200,7 +200,7 @@ pub fn tune_spec(
     // They are compared side by side: a key whose finalists are not all settled (one new
     // to the key, or a run stopped among its finals) takes every finalist's passes again
     // in this run, and candidates that are no longer finalists lose theirs, so no pass
-    // taken on another day or GPU (1 to 3% apart between two H200s: bench/NOTES.md) meets
+    // taken on another day or GPU (1 to 3% apart between two H200s) meets
     // one of this run. One whose timing fails sits out the rest of this run.
     for (n, record) in records.iter_mut().enumerate() {
         let key = Key::of(record);

@@ -7,6 +7,7 @@ use super::*;
 
 mod export;
 mod record;
+mod serving;
 mod store;
 mod tune;
 

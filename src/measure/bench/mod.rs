@@ -401,7 +401,7 @@ mod host;
 mod run;
 
 pub use host::{host_cost, HostCost};
-pub use run::{run, tuned_choices, BenchPlan, Event, TunedChoices, TunedPicks};
+pub use run::{run, BenchPlan, Event, TunedChoices};
 
 #[cfg(test)]
 mod tests;

@@ -2,19 +2,16 @@
 //! choices of a tuning database, as rows in the format the peers' scripts write.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use fa4_spec::{Bucket, Features, FwdParams, KernelSpec, MaskKind, Template, TileConfig};
 
 use super::{move_buffer, placement_spacer, row, time_kernel, Buffer, Cell, L2Flush, Row};
-use crate::db::{DbError, TuningDb};
-use crate::measure::gpu::{DeviceInfo, FwdKernel, Gpu, GpuError};
+use crate::measure::gpu::{FwdKernel, Gpu, GpuError};
 use crate::measure::kernels::ReadyKernel;
 use crate::measure::problems::{Case, Problem};
 use crate::measure::support::Support;
-use crate::render::Renderer;
 
-/// A tuning database's choice per (template, spec, bucket).
+/// A tuning database's choice per (template, spec, bucket seqlen) (`db::tuned_choices`).
 pub type TunedChoices = BTreeMap<(Template, KernelSpec, u32), TileConfig>;
 
 /// What `run` times and how.
@@ -57,65 +54,6 @@ pub enum Event<'a> {
         cell: &'a Cell,
         features: Features,
     },
-}
-
-/// The tuned choices of the database at `path` for this device with these templates,
-/// as the shipped cache would serve them: the records measured on this GPU, or, where
-/// it has none, on the GPU of its arch with the most records (named in the answer).
-/// Also how many records were left out as stale (of other template versions: their
-/// cells time the default).
-pub fn tuned_choices(
-    path: &Path,
-    device: &DeviceInfo,
-    templates: &[Template],
-    renderer: &Renderer,
-) -> Result<TunedPicks, DbError> {
-    let records: Vec<_> = TuningDb::open(path)?
-        .records()?
-        .into_iter()
-        .filter(|r| Some(r.spec.arch) == device.arch && templates.contains(&r.template))
-        .collect();
-    let gpu_of = |r: &crate::db::Record| (r.device.name.clone(), r.device.sm_count);
-    let own = (device.name.clone(), device.sm_count);
-    let mut by_gpu: BTreeMap<(String, u32), usize> = BTreeMap::new();
-    for r in &records {
-        *by_gpu.entry(gpu_of(r)).or_default() += 1;
-    }
-    let gpu = if by_gpu.contains_key(&own) {
-        Some(own.clone())
-    } else {
-        by_gpu
-            .iter()
-            .max_by_key(|(g, n)| (**n, std::cmp::Reverse((*g).clone())))
-            .map(|(g, _)| g.clone())
-    };
-    let (current, stale): (Vec<_>, Vec<_>) = records
-        .into_iter()
-        .filter(|r| Some(gpu_of(r)) == gpu)
-        .partition(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
-    let choices = current
-        .into_iter()
-        .filter_map(|r| {
-            let choice = r.choice()?.config.clone();
-            Some(((r.template, r.spec, r.bucket.seqlen), choice))
-        })
-        .collect();
-    Ok(TunedPicks {
-        choices,
-        stale: stale.len(),
-        measured_on: gpu
-            .filter(|g| *g != own)
-            .map(|(name, sms)| format!("{name} ({sms} SMs)")),
-    })
-}
-
-/// What [`tuned_choices`] found.
-pub struct TunedPicks {
-    pub choices: TunedChoices,
-    /// Records of other template versions, left out.
-    pub stale: usize,
-    /// The GPU the choices were measured on, where it is not this one.
-    pub measured_on: Option<String>,
 }
 
 /// Times the plan's cells with `kernels` (each cell takes the kernels of its head dims,
