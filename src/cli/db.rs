@@ -8,9 +8,9 @@ use fa4_spec::Arch;
 
 use fa4_gen::compile::{self, BuildDir};
 use fa4_gen::render::Renderer;
-use fa4_gen::space::Template;
+use fa4_gen::space::{self, Candidate, Template};
 
-use super::*;
+use super::{compile_pool, load_nvrtc, BarReporter, CliError, CliResult};
 
 #[derive(Debug, Args)]
 pub struct DbArgs {
@@ -42,14 +42,19 @@ pub enum DbAction {
     Merge { other: PathBuf },
     /// Remove the records measured with other template versions than these.
     Gc,
-    /// Move the records of older template versions to the current ones where a build of
-    /// the current templates (`fa4-gen compile --out BUILD`) repeats the machine code of
-    /// every kernel they timed: a template edit that changes none of a spec's kernels
-    /// then costs its records no GPU time. The others stay for `fa4-gen tune`.
+    /// Move the records of older template versions to the current ones where the
+    /// current templates repeat the machine code of every kernel they timed: a template
+    /// edit that changes none of a spec's kernels then costs its records no GPU time.
+    /// Compiles the kernels the build folder lacks (only the stale records' candidates);
+    /// the others stay for `fa4-gen tune`.
     Carry {
-        /// Build folder of the current templates, covering the specs to carry.
-        #[arg(long)]
+        /// Build folder of the current templates; the stale records' kernels are compiled
+        /// into it where missing.
+        #[arg(long, default_value = "build", env = "FA4_GEN_OUT")]
         build: PathBuf,
+        /// Parallel NVRTC compilations [default: one per core].
+        #[arg(short, long)]
+        jobs: Option<usize>,
     },
     /// Give timings recorded without a code hash the one of their kernel in a build of
     /// the same templates (`fa4-gen compile --out BUILD`), so that the next template edit
@@ -63,7 +68,7 @@ pub enum DbAction {
 
 // ---- db ------------------------------------------------------------------------------------
 
-pub(super) fn run(a: DbArgs) -> CliResult {
+pub(super) fn run(a: DbArgs, quiet: bool) -> CliResult {
     use fa4_gen::db::{export, parse_export_entries, Detail, TuningDb};
     let db = TuningDb::open(&a.db)?;
     match a.action {
@@ -115,9 +120,38 @@ pub(super) fn run(a: DbArgs) -> CliResult {
             let incoming = TuningDb::open(&other)?.entries()?;
             report_merge(&a.db, db.merge_entries(incoming)?);
         }
-        DbAction::Carry { build } => {
+        DbAction::Carry { build, jobs } => {
             let renderer = Renderer::embedded()?;
             let current = |t: Template| renderer.template_hash(t).to_string();
+            // The stale records' kernels, compiled from the current templates (those the
+            // build folder holds are reused).
+            let mut wanted: Vec<Candidate> = db
+                .records()?
+                .into_iter()
+                .filter(|r| r.is_stale(current))
+                .flat_map(|r| {
+                    r.candidates.into_iter().map(move |c| Candidate {
+                        template: r.template,
+                        spec: r.spec,
+                        config: c.config,
+                    })
+                })
+                .collect();
+            wanted.sort_by_key(|c| (c.template, c.spec.tag(), c.config.tag()));
+            wanted.dedup_by_key(|c| (c.template, c.spec.tag(), c.config.tag()));
+            if wanted.is_empty() {
+                println!("no stale records: every record is of the current templates");
+                return Ok(());
+            }
+            {
+                let planned: Vec<_> = wanted.into_iter().map(space::planned).collect();
+                let dir = BuildDir::new(&build);
+                fa4_gen::fsutil::ensure_writable_dir(dir.root())?;
+                let nvrtc = load_nvrtc(quiet)?;
+                let pool = compile_pool(jobs)?;
+                let reporter = BarReporter::new(quiet);
+                pool.install(|| compile::build(&nvrtc, &renderer, &dir, &planned, &reporter))?;
+            }
             // (template, spec, config tag) -> (kernel id, code hash), of the current
             // template versions only.
             let mut kernels: BTreeMap<(Template, String, String), (String, String)> =
@@ -130,13 +164,6 @@ pub(super) fn run(a: DbArgs) -> CliResult {
                         (k.id.0, k.code_hash),
                     );
                 }
-            }
-            if kernels.is_empty() {
-                return Err(CliError::Usage(format!(
-                    "{}: no build of the current templates; run `fa4-gen compile --out {}` first",
-                    build.display(),
-                    build.display()
-                )));
             }
             let summary = db.carry_unchanged(current, |r, config| {
                 kernels

@@ -143,7 +143,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Verify(a) => verify::run(a, quiet),
         Command::Bench(a) => bench::run(a, quiet),
         Command::Tune(a) => tune::run(a, quiet),
-        Command::Db(a) => db::run(a),
+        Command::Db(a) => db::run(a, quiet),
         Command::BuildCache(a) => cache::build_cache(a, quiet),
         Command::Explain(a) => cache::explain(a),
         Command::Sass(a) => sass::run(a),

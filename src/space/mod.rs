@@ -194,20 +194,31 @@ pub struct Planned {
 /// Every candidate of `template` for `spec`, each with its static verdict; the
 /// heuristic default is marked.
 pub fn plan(template: Template, spec: &KernelSpec) -> Vec<Planned> {
-    let default = template.default_config(spec);
     template
         .candidates(spec)
         .into_iter()
-        .map(|config| Planned {
-            is_default: config == default,
-            verdict: template.check(spec, &config),
-            candidate: Candidate {
+        .map(|config| {
+            planned(Candidate {
                 template,
                 spec: *spec,
                 config,
-            },
+            })
         })
         .collect()
+}
+
+/// One candidate with its static verdict, marked where it is its spec's default.
+pub fn planned(candidate: Candidate) -> Planned {
+    let Candidate {
+        template,
+        spec,
+        config,
+    } = &candidate;
+    Planned {
+        is_default: *config == template.default_config(spec),
+        verdict: template.check(spec, config),
+        candidate,
+    }
 }
 
 /// The heuristic default of `template` for `spec`, as a candidate.
