@@ -39,6 +39,7 @@
 #include "fa4/hopper/pipeline.cuh"
 #include "fa4/hopper/schedule.cuh"
 #include "fa4/hopper/split.cuh"
+#include "fa4/hopper/tile_scheduler.cuh"
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/wgmma.cuh"
@@ -127,108 +128,19 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // The block's share of a split tail (schedule.cuh), written once at the start.
     const SplitItems split_items{turn_word + (T::kMufuTurns ? 8 : 0)};
 
-    // ---- the work tiles: one block's rows of one head of one sequence --------------------
-    // A grid of one block per tile takes its tile from schedule.cuh's launch order. A
-    // persistent grid walks the tiles in rounds of one per block, snaking (block b takes
-    // the b-th tile of even rounds, the b-th from the end of odd ones), in the same order
-    // but with causal sections of about two rounds' tiles, so the snake deals every block
-    // one heavy and one light tile per two rounds.
-    const int group = params.heads_q / params.heads_kv;
-    const int kGroup = T::kPackGqa ? group : 1;
-    const int heads_grid = T::kPackGqa ? params.heads_kv : params.heads_q;
-    // The persistent grid's walk (a grid of one block per tile has one round).
-    const int m_blocks = T::kPersistent ? ceil_div(params.seqlen_q * kGroup, T::kBlockM) : 1;
-    const int pairs = heads_grid * params.batch;
-    const int tiles = T::kPersistent ? m_blocks * pairs : 1;
-    // (An unmasked persistent grid whose host asked for a split tail ends with its
-    // share of the tail: set below, once the share is in shared memory.)
-    int rounds = T::kPersistent ? ceil_div(tiles, gridDim.x) : 1;
-    const int section_pairs = T::kPersistent && T::kMask == MaskKind::Causal ? ceil_div(2 * gridDim.x, imax(m_blocks, 1)) : 1;
-    struct Work {
-        SeqView seq;
-        int batch, head, kv_head, rows, row_begin;
-        int query_first, query_last, n_end, n_tiles;
-        bool first_by_copy;  // the first K/V tile runs past the keys: cp.async, zero-filled
-    };
-    // Where round `round` puts this block; m_block < 0 past the last tile.
-    using Coords = typename CoordsOf<T::kSplitTail>::type;
-    auto coords = [](const TileCoords& tile) {
-        Coords c;
-        static_cast<TileCoords&>(c) = tile;
-        if constexpr (T::kSplitTail) c.key_begin = 0, c.key_end = -1;
-        return c;
-    };
-    auto coords_at = [&](int round) {
-        if constexpr (!T::kPersistent) {
-            return coords(grid_tile<T>(params));
-        } else {
-            if constexpr (T::kSplitTail) {
-                // The tail's rounds: this block's share, not the round's snake.
-                if (split.tail > 0 && round >= split_items.whole_rounds()) {
-                    if (round >= rounds) return coords(TileCoords{0, 0, -1});
-                    TailItem item;
-                    const int tile = split_items.item(round - split_items.whole_rounds(), item);
-                    const int pair = tile / m_blocks;
-                    Coords c = coords(TileCoords{pair / heads_grid, pair % heads_grid, tile % m_blocks});
-                    c.key_begin = item.key_begin;
-                    c.key_end = item.key_end;
-                    return c;
-                }
-            }
-            const int t = round * gridDim.x + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-            if (t >= tiles) return coords(TileCoords{0, 0, -1});  // the last round's blocks past the last tile
-            if constexpr (T::kMask == MaskKind::Causal) {
-                return coords(causal_tile(t, m_blocks, pairs, section_pairs, heads_grid));
-            } else {
-                const int pair = t / m_blocks;
-                return coords(TileCoords{pair / heads_grid, pair % heads_grid, t % m_blocks});
-            }
-        }
-    };
-    auto work_from = [&](const Coords& at) {
-        Work w;
-        if (T::kPersistent && at.m_block < 0) {
-            w.rows = w.row_begin = 0;
-            return w;
-        }
-        const int head_idx = at.head_idx;
-        w.batch = at.batch;
-        w.seq = seq_view<T::kPaged>(params, w.batch);
-        w.rows = w.seq.seqlen_q * kGroup;
-        w.row_begin = at.m_block * T::kBlockM;
-        w.kv_head = T::kPackGqa ? head_idx : head_idx / group;
-        w.head = T::kPackGqa ? w.kv_head * group : head_idx;
-        w.query_first = w.row_begin / kGroup;
-        w.query_last = (imin(w.row_begin + T::kBlockM, w.rows) - 1) / kGroup;
-        const Mask<T::kMask> mask{w.seq.seqlen_q, w.seq.seqlen_k, params.window_left, params.window_right};
-        w.n_end = mask.n_block_end(w.query_first, w.query_last + 1, T::kBlockN);
-        w.n_tiles = imax(0, w.n_end - mask.n_block_begin(w.query_first, T::kBlockN));
-        if constexpr (T::kSplitTail) {
-            if (at.key_end >= 0) {  // a piece of a split tile: its key blocks alone
-                w.n_end = at.key_end;
-                w.n_tiles = at.key_end - at.key_begin;
-            }
-        }
-        if constexpr (kCluster > 1) {
-            // Unmasked: every block of the cluster walks all of its sequence's key tiles,
-            // also one past the sequence's rows (it loads its share for the others).
-            w.n_end = ceil_div(w.seq.seqlen_k, T::kBlockN);
-            w.n_tiles = w.n_end;
-        }
-        w.first_by_copy = !T::kTma || (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
-        return w;
-    };
-    auto work_at = [&](int round) { return work_from(coords_at(round)); };
-    // A tile past its sequence's rows has nothing to do (no K/V, no epilogue).
-    auto has_rows = [](const Work& w) { return w.row_begin < w.rows; };
-    Work first_work{};
+    // ---- the work tiles (tile_scheduler.cuh) ----------------------------------------------
+    using Scheduler = SchedulerOf<T>;
+    using Coords = typename Scheduler::Coords;
+    Scheduler sched(params, split, split_items);
+    const int kGroup = sched.row_group;
     // A block of a cluster whose first block has rows stays, rows or not: it loads its
     // share of the cluster's K/V tiles, and its consumers free its slots for the others.
+    WorkTile first_work{};  // one block per tile: its tile, worked out once
     const int cluster_rank_m = kCluster > 1 ? int(cluster_rank()) : 0;
     if constexpr (!T::kPersistent) {
-        first_work = work_at(0);
+        first_work = sched.work_at(0);
         const bool cluster_has_rows = first_work.row_begin - cluster_rank_m * T::kBlockM < first_work.rows;
-        if (!has_rows(first_work) && !(kCluster > 1 && cluster_has_rows)) return;
+        if (!first_work.has_rows() && !(kCluster > 1 && cluster_has_rows)) return;
     }
     // Q (and O) by TMA: whole 64-row chunks of a strided Q inside the sequence (rows of
     // the next sequence are never touched, so a packed batch needs no row count);
@@ -237,8 +149,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // The row coordinate of a sequence's first row in the Q and O maps: a packed batch is
     // one batch of all rows.
     const bool packed_q = params.cu_seqlens_q != nullptr;
-    auto q_map_row = [&](const Work& w) { return packed_q ? params.cu_seqlens_q[w.batch] : 0; };
-    auto q_map_batch = [&](const Work& w) { return packed_q ? 0 : w.batch; };
+    auto q_map_row = [&](const WorkTile& w) { return packed_q ? params.cu_seqlens_q[w.batch] : 0; };
+    auto q_map_batch = [&](const WorkTile& w) { return packed_q ? 0 : w.batch; };
 
     if (threadIdx.x == 0) {
         for (int slot = 0; slot < kStages; ++slot) {
@@ -255,14 +167,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         }
         if constexpr (kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
         if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(turn_word) : "memory");
-        if constexpr (T::kSplitTail) {
-            if (split.tail > 0) {
-                const int key_blocks = ceil_div(params.seqlen_k, T::kBlockN);
-                split_items.write(SplitTail{tiles - split.tail, key_blocks,
-                                            i64(split.tail) * key_blocks, int(gridDim.x)},
-                                  blockIdx.x);
-            }
-        }
+        sched.write_share();
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     // A cluster's blocks arrive on and load into each other's barriers from here on.
@@ -271,9 +176,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     } else {
         __syncthreads();
     }
-    if constexpr (T::kSplitTail) {
-        if (split.tail > 0) rounds = split_items.whole_rounds() + split_items.count();
-    }
+    sched.read_share();
 
     const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
     const int tid = threadIdx.x % 128;  // within the warpgroup
@@ -296,9 +199,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         }
         int it = 0;
         int q_round = 0;
-        for (int round = 0; round < rounds; ++round) {
-            const Work w = T::kPersistent ? work_at(round) : first_work;
-            if (!has_rows(w) && kCluster == 1) continue;
+        for (int round = 0; round < sched.rounds; ++round) {
+            const WorkTile w = T::kPersistent ? sched.work_at(round) : first_work;
+            if (!w.has_rows() && kCluster == 1) continue;
             // The other threads wait here for thread 0 to finish the last work tile's
             // issues: a barrier is never waited on two phases ahead.
             if constexpr (T::kTma && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
@@ -458,10 +361,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // A shared O slot goes round the consumers in turn (0, 1, 0, ..): a consumer's n-th
     // epilogue waits for the other's last store to have read the slot, which arrives
     // once it has.
-    Coords next_at = T::kPersistent ? coords_at(0) : Coords{};
-    for (int round = 0; round < rounds; ++round) {
-        const Work w = T::kPersistent ? work_from(next_at) : first_work;
-        if (!has_rows(w)) {
+    Coords next_at = T::kPersistent ? sched.coords(0) : Coords{};
+    for (int round = 0; round < sched.rounds; ++round) {
+        const WorkTile w = T::kPersistent ? sched.work(next_at) : first_work;
+        if (!w.has_rows()) {
             if constexpr (kCluster > 1) {
                 // Past the sequence's rows in a cluster that has some: the tiles land here
                 // too (the others' producers multicast them); free each once it is in.
@@ -475,7 +378,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 }
                 it += w.n_tiles;
             }
-            if constexpr (T::kPersistent) next_at = coords_at(round + 1);
+            if constexpr (T::kPersistent) next_at = sched.coords(round + 1);
             continue;
         }
         const SeqView& seq = w.seq;
@@ -682,14 +585,14 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         take_turn();
                         issue_pv(n_tiles - 1, live);
                         pass_turn();
-                        if constexpr (kNextUnderPv) next_at = coords_at(round + 1);
+                        if constexpr (kNextUnderPv) next_at = sched.coords(round + 1);
                         wgmma_wait<0>();
                         pv_done(n_tiles - 1);
                     });
                 } else if constexpr (kNextUnderPv) {
-                    next_at = coords_at(round + 1);
+                    next_at = sched.coords(round + 1);
                 }
-                if constexpr (T::kPersistent && !kNextUnderPv) next_at = coords_at(round + 1);
+                if constexpr (T::kPersistent && !kNextUnderPv) next_at = sched.coords(round + 1);
             } else {
                 // QK, softmax, PV, each waited for, block by block.
                 for (int tile = 0; tile < n_tiles; ++tile) {
@@ -705,7 +608,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                     });
                 }
                 if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
-                if constexpr (T::kPersistent) next_at = coords_at(round + 1);
+                if constexpr (T::kPersistent) next_at = sched.coords(round + 1);
             }
         };
         if constexpr (T::kCapOffset) {
