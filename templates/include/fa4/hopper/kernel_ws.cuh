@@ -38,6 +38,7 @@
 #include "fa4/hopper/load.cuh"
 #include "fa4/hopper/pipeline.cuh"
 #include "fa4/hopper/schedule.cuh"
+#include "fa4/hopper/shared_storage.cuh"
 #include "fa4/hopper/split.cuh"
 #include "fa4/hopper/tile_scheduler.cuh"
 #include "fa4/hopper/tma.cuh"
@@ -103,30 +104,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     constexpr int kQSlotBytes = T::kSmemQSlot * 2;  // one consumer's Q (and, unless kSeparateO, its O)
     constexpr bool kSharedO = T::kSharedO;          // one O slot, the two consumers' in turn
     constexpr int kOSlotBytes = T::kSmemOSlot * 2;
-
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const u32 q_smem_addr = smem_u32(smem_raw);
     constexpr int kQBuffers = T::kQBuffers;
-    const u32 o_smem_addr = q_smem_addr + (T::kSeparateO ? kConsumers * kQBuffers * kQSlotBytes : 0);
-    const u32 k_smem_addr = q_smem_addr + (T::kSmemQRegion + T::kSmemORegion) * 2;
-    const u32 v_smem_addr = k_smem_addr + kStages * T::kSmemK * 2;
-    // Work tile r's Q goes to buffer r % kQBuffers of each consumer's slots.
-    auto q_slot = [&](int consumer, int buffer) { return q_smem_addr + (consumer * kQBuffers + buffer) * kQSlotBytes; };
-    // Barriers, 8 bytes each: full K, full V, empty K, empty V (kStages of each), then
-    // full Q and empty Q (one per consumer and Q buffer), then a shared O slot's free.
-    const u32 bars = q_smem_addr + T::kSmemTilesBytes;
-    auto full_k = [&](int slot) { return bars + 8 * slot; };
-    auto full_v = [&](int slot) { return bars + 8 * (kStages + slot); };
-    auto empty_k = [&](int slot) { return bars + 8 * (2 * kStages + slot); };
-    auto empty_v = [&](int slot) { return bars + 8 * (3 * kStages + slot); };
-    auto full_q = [&](int consumer, int buffer) { return bars + 8 * (4 * kStages + consumer * kQBuffers + buffer); };
-    auto empty_q = [&](int consumer, int buffer) {
-        return bars + 8 * (4 * kStages + (kConsumers + consumer) * kQBuffers + buffer);
-    };
-    const u32 o_free = bars + 8 * (4 * kStages + 2 * kConsumers * kQBuffers);
-    const u32 turn_word = o_free + (kSharedO ? 8 : 0);  // MufuTurn's zero
-    // The block's share of a split tail (schedule.cuh), written once at the start.
-    const SplitItems split_items{turn_word + (T::kMufuTurns ? 8 : 0)};
+
+    // ---- shared memory (shared_storage.cuh) -----------------------------------------------
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const SharedStorage<T> smem(smem_u32(smem_raw));
+    const SplitItems split_items = smem.split_share();
 
     // ---- the work tiles (tile_scheduler.cuh) ----------------------------------------------
     using Scheduler = SchedulerOf<T>;
@@ -154,19 +137,19 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
 
     if (threadIdx.x == 0) {
         for (int slot = 0; slot < kStages; ++slot) {
-            mbarrier_init(full_k(slot), 1);  // the producer's one arrival (+ its copies)
-            mbarrier_init(full_v(slot), 1);
-            mbarrier_init(empty_k(slot), 4 * kConsumers * kCluster);  // every consumer warp (of the cluster)
-            mbarrier_init(empty_v(slot), 4 * kConsumers * kCluster);
+            mbarrier_init(smem.full_k(slot), 1);  // the producer's one arrival (+ its copies)
+            mbarrier_init(smem.full_v(slot), 1);
+            mbarrier_init(smem.empty_k(slot), 4 * kConsumers * kCluster);  // every consumer warp (of the cluster)
+            mbarrier_init(smem.empty_v(slot), 4 * kConsumers * kCluster);
         }
         for (int c = 0; c < kConsumers; ++c) {
             for (int b = 0; b < kQBuffers; ++b) {
-                mbarrier_init(full_q(c, b), 1);
-                mbarrier_init(empty_q(c, b), 4);  // the consumer's warps
+                mbarrier_init(smem.full_q(c, b), 1);
+                mbarrier_init(smem.empty_q(c, b), 4);  // the consumer's warps
             }
         }
-        if constexpr (kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
-        if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(turn_word) : "memory");
+        if constexpr (kSharedO) mbarrier_init(smem.o_free, 1);  // the last user's store has read it
+        if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(smem.turn_word) : "memory");
         sched.write_share();
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -222,21 +205,21 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 for (int c = 0; c < kConsumers; ++c) {
                     const int row_begin = w.row_begin + 64 * c;
                     const int valid = w.rows - row_begin;
-                    mbarrier_wait(empty_q(c, qb), ((q_round / kQBuffers) & 1) ^ 1);
+                    mbarrier_wait(smem.empty_q(c, qb), ((q_round / kQBuffers) & 1) ^ 1);
                     if (q_by_tma(valid)) {
                         if (tid == 0) {
-                            mbarrier_arrive_expect_tx(full_q(c, qb), T::kHeadDimPad * 64 * 2);
-                            tma_load_tile<T::kHeadDim, 64>(q_slot(c, qb), maps.q, full_q(c, qb),
+                            mbarrier_arrive_expect_tx(smem.full_q(c, qb), T::kHeadDimPad * 64 * 2);
+                            tma_load_tile<T::kHeadDim, 64>(smem.q_slot(c, qb), maps.q, smem.full_q(c, qb),
                                                            q_map_row(w) + row_begin, w.head, q_map_batch(w));
                         }
                     } else {
-                        producer_copy<64, LayoutQ, 128>(q_slot(c, qb), [&](int r) {
+                        producer_copy<64, LayoutQ, 128>(smem.q_slot(c, qb), [&](int r) {
                             const int row = row_begin + r;
                             return T::kPackGqa ? q_gmem + i64(row / kGroup) * params.q_row_stride +
                                                      (row % kGroup) * params.q_head_stride
                                                : q_gmem + i64(row) * params.q_row_stride;
                         }, q_gmem, valid, tid);
-                        copies_issued(full_q(c, qb));
+                        copies_issued(smem.full_q(c, qb));
                     }
                 }
                 ++q_round;
@@ -255,16 +238,16 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 const int key_begin = (w.n_end - 1 - tile) * T::kBlockN;
                 // The first tile is the last key block: rows past the keys load as zeros.
                 const int valid = tile == 0 ? w.seq.seqlen_k - key_begin : T::kBlockN;
-                mbarrier_wait(empty_k(slot), free_parity);
+                mbarrier_wait(smem.empty_k(slot), free_parity);
                 producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutK, 128>(
-                    k_smem_addr + slot * T::kSmemK * 2, k_gmem, params.k_row_stride, params.k_batch_stride, pages,
+                    smem.k_tile(slot), k_gmem, params.k_row_stride, params.k_batch_stride, pages,
                     key_begin, valid, tid);
-                copies_issued(full_k(slot));
-                mbarrier_wait(empty_v(slot), free_parity);
+                copies_issued(smem.full_k(slot));
+                mbarrier_wait(smem.empty_v(slot), free_parity);
                 producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutV, 128>(
-                    v_smem_addr + slot * T::kSmemV * 2, v_gmem, params.v_row_stride, params.v_batch_stride, pages,
+                    smem.v_tile(slot), v_gmem, params.v_row_stride, params.v_batch_stride, pages,
                     key_begin, valid, tid);
-                copies_issued(full_v(slot));
+                copies_issued(smem.full_v(slot));
             };
             if constexpr (T::kTma) {
                 const int first = w.first_by_copy ? 1 : 0;
@@ -278,15 +261,15 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
                         // In a cluster the slot is free once every block's consumers
                         // are done with it, and each block's share lands in all of them.
-                        mbarrier_wait(empty_k(slot), free_parity);
-                        mbarrier_arrive_expect_tx(full_k(slot), T::kSmemK * 2);
-                        tma_load_ring_tile<T::kHeadDim, T::kBlockN, kCluster>(k_smem_addr + slot * T::kSmemK * 2,
-                                                                              maps.k, full_k(slot), row, w.kv_head,
+                        mbarrier_wait(smem.empty_k(slot), free_parity);
+                        mbarrier_arrive_expect_tx(smem.full_k(slot), T::kSmemK * 2);
+                        tma_load_ring_tile<T::kHeadDim, T::kBlockN, kCluster>(smem.k_tile(slot),
+                                                                              maps.k, smem.full_k(slot), row, w.kv_head,
                                                                               batch_coord, cluster_rank_m);
-                        mbarrier_wait(empty_v(slot), free_parity);
-                        mbarrier_arrive_expect_tx(full_v(slot), T::kSmemV * 2);
-                        tma_load_ring_tile<T::kHeadDimV, T::kBlockN, kCluster>(v_smem_addr + slot * T::kSmemV * 2,
-                                                                               maps.v, full_v(slot), row, w.kv_head,
+                        mbarrier_wait(smem.empty_v(slot), free_parity);
+                        mbarrier_arrive_expect_tx(smem.full_v(slot), T::kSmemV * 2);
+                        tma_load_ring_tile<T::kHeadDimV, T::kBlockN, kCluster>(smem.v_tile(slot),
+                                                                               maps.v, smem.full_v(slot), row, w.kv_head,
                                                                                batch_coord, cluster_rank_m);
                     }
                 }
@@ -307,7 +290,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
     u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
-                         (o_smem_addr - q_smem_addr) / 2 +
+                         (smem.o - smem.q) / 2 +
                          (kSharedO ? 0 : consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2);
     const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
@@ -326,7 +309,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // What a block's exponentials run inside: the turn at the MUFU, or nothing.
     const auto block_turn = [&] {
         if constexpr (T::kMufuTurns) {
-            return MufuTurn{kTurnBarrier + consumer, kTurnBarrier + (consumer + 1) % kConsumers, turn_word, 0};
+            return MufuTurn{kTurnBarrier + consumer, kTurnBarrier + (consumer + 1) % kConsumers, smem.turn_word, 0};
         } else {
             return NoTurn{};
         }
@@ -371,10 +354,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 for (int tile = 0; tile < w.n_tiles; ++tile) {
                     const int slot = (it + tile) % kStages;
                     const u32 parity = ((it + tile) / kStages) & 1;
-                    mbarrier_wait(full_k(slot), parity);
-                    release_kv(empty_k(slot));
-                    mbarrier_wait(full_v(slot), parity);
-                    release_kv(empty_v(slot));
+                    mbarrier_wait(smem.full_k(slot), parity);
+                    release_kv(smem.empty_k(slot));
+                    mbarrier_wait(smem.full_v(slot), parity);
+                    release_kv(smem.empty_v(slot));
                 }
                 it += w.n_tiles;
             }
@@ -394,8 +377,8 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
 
         // ---- load: this consumer's Q rows, by the producer --------------------------------
         const int qb = q_round % kQBuffers;
-        const u32 q_tile = q_slot(consumer, qb);
-        mbarrier_wait(full_q(consumer, qb), (q_round / kQBuffers) & 1);
+        const u32 q_tile = smem.q_slot(consumer, qb);
+        mbarrier_wait(smem.full_q(consumer, qb), (q_round / kQBuffers) & 1);
         if (!q_by_tma(rows - wg_row_begin)) fence_proxy_async();  // cp.async's writes before wgmma's reads
 
         float o_acc[kOTiles * 4];
@@ -441,12 +424,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         auto issue_qk = [&](int tile, auto live) {
             constexpr int kLive = decltype(live)::value;
             const int slot = (it + tile) % kStages;
-            mbarrier_wait(full_k(slot), ((it + tile) / kStages) & 1);
+            mbarrier_wait(smem.full_k(slot), ((it + tile) / kStages) & 1);
             if constexpr (kLive > 0) {
                 using Mma = Wgmma<kLive * 8, kBf16>;
                 // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
                 if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-                const u32 k_tile = k_smem_addr + slot * T::kSmemK * 2;
+                const u32 k_tile = smem.k_tile(slot);
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < T::kQkSteps; ++ks) {
@@ -466,9 +449,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         auto issue_pv = [&](int tile, auto live) {
             constexpr int kSteps = live_pv_steps<decltype(live)::value>();
             const int slot = (it + tile) % kStages;
-            mbarrier_wait(full_v(slot), ((it + tile) / kStages) & 1);
+            mbarrier_wait(smem.full_v(slot), ((it + tile) / kStages) & 1);
             if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-            const u32 v_tile = v_smem_addr + slot * T::kSmemV * 2;
+            const u32 v_tile = smem.v_tile(slot);
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < kSteps; ++ks) {
@@ -505,7 +488,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             fence_regs(o_acc);
 #pragma unroll
             for (int ks = 0; ks < T::kPvSteps; ++ks) fence_regs(p[ks]);
-            release_kv(empty_v((it + tile) % kStages));
+            release_kv(smem.empty_v((it + tile) % kStages));
         };
         // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
         // rescaled (the overlapped schedule ignores the first block's answer: O is still zero).
@@ -524,7 +507,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             } else {
                 fence_regs(s_flat);
             }
-            release_kv(empty_k((it + tile) % kStages));
+            release_kv(smem.empty_k((it + tile) % kStages));
             return scores(tile, live, o_scale, fixed);
         };
 
@@ -569,7 +552,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         pass_turn();
                         wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
                         fence_regs(s_flat);
-                        release_kv(empty_k((it + tile) % kStages));
+                        release_kv(smem.empty_k((it + tile) % kStages));
                         float o_scale[2];
                         const bool rescale = scores(tile, Whole{}, o_scale, fixed);
                         wgmma_wait<0>();
@@ -579,7 +562,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                     });
                 }
                 // Every QK GEMM is done: the producer may load the next tile's Q.
-                if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
+                if constexpr (T::kSeparateO) release(smem.empty_q(consumer, qb));
                 if (n_tiles > 0) {
                     with_width_of(n_tiles - 1, [&](auto live) {
                         take_turn();
@@ -607,7 +590,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         pv_done(tile);
                     });
                 }
-                if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
+                if constexpr (T::kSeparateO) release(smem.empty_q(consumer, qb));
                 if constexpr (T::kPersistent) next_at = sched.coords(round + 1);
             }
         };
@@ -638,7 +621,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             // The slot's u-th use (u = 2 x epilogues so far + consumer) waits for phase
             // u - 1, the other consumer's last free: parity 1 for consumer 0 (the first
             // use passes at once), 0 for consumer 1, every time.
-            mbarrier_wait(o_free, (consumer & 1) ^ 1);
+            mbarrier_wait(smem.o_free, (consumer & 1) ^ 1);
         } else if constexpr (T::kSeparateO) {
             if (T::kTma && tid == 0) tma_store_wait_read();
             named_barrier_sync(1 + consumer, 128);
@@ -692,7 +675,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             named_barrier_sync(1 + consumer, 128);
             if (tid == 0) {
                 tma_store_wait_read();
-                mbarrier_arrive(o_free);
+                mbarrier_arrive(smem.o_free);
             }
         }
 
@@ -703,7 +686,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             // once the TMA store has read it.
             fence_proxy_async();
             if (T::kTma && tid == 0) tma_store_wait_read();
-            release(empty_q(consumer, qb));
+            release(smem.empty_q(consumer, qb));
         }
     }
     // Shared memory outlives the reads of the last TMA store.
