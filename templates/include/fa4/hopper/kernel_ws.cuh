@@ -37,6 +37,7 @@
 #include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/load.cuh"
 #include "fa4/hopper/pipeline.cuh"
+#include "fa4/hopper/producer.cuh"
 #include "fa4/hopper/schedule.cuh"
 #include "fa4/hopper/shared_storage.cuh"
 #include "fa4/hopper/split.cuh"
@@ -52,7 +53,6 @@ namespace hopper {
 // at the tensor cores (its 128 threads wait, the consumer before it arrives); the
 // producer's warps meet at kProducerBarrier.
 constexpr int kTurnBarrier = 4;
-constexpr int kProducerBarrier = 7;
 
 // A consumer's turn at the MUFU (kMufuTurns): wait for the turn between a block's row
 // maxima and its exponentials, pass it once their row sums are in. Named barriers order
@@ -75,14 +75,6 @@ struct MufuTurn {
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(word), "r"(tie) : "memory");
         named_barrier_arrive(pass_barrier, 256);
     }
-};
-
-// The tensor maps of the TMA kernels (TmaFwdParams: Q, K, V and O), else null.
-struct TmaMaps {
-    const TensorMap* q;
-    const TensorMap* k;
-    const TensorMap* v;
-    const TensorMap* o;
 };
 
 // `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
@@ -125,31 +117,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         const bool cluster_has_rows = first_work.row_begin - cluster_rank_m * T::kBlockM < first_work.rows;
         if (!first_work.has_rows() && !(kCluster > 1 && cluster_has_rows)) return;
     }
-    // Q (and O) by TMA: whole 64-row chunks of a strided Q inside the sequence (rows of
-    // the next sequence are never touched, so a packed batch needs no row count);
-    // cp.async (and the consumers' stores) otherwise.
-    auto q_by_tma = [&](int valid_rows) { return T::kTma && !T::kPackGqa && valid_rows >= 64; };
-    // The row coordinate of a sequence's first row in the Q and O maps: a packed batch is
-    // one batch of all rows.
-    const bool packed_q = params.cu_seqlens_q != nullptr;
-    auto q_map_row = [&](const WorkTile& w) { return packed_q ? params.cu_seqlens_q[w.batch] : 0; };
-    auto q_map_batch = [&](const WorkTile& w) { return packed_q ? 0 : w.batch; };
+    const QoRows<T> qo(params);  // Q's and O's rows: by TMA or by copies
 
     if (threadIdx.x == 0) {
-        for (int slot = 0; slot < kStages; ++slot) {
-            mbarrier_init(smem.full_k(slot), 1);  // the producer's one arrival (+ its copies)
-            mbarrier_init(smem.full_v(slot), 1);
-            mbarrier_init(smem.empty_k(slot), 4 * kConsumers * kCluster);  // every consumer warp (of the cluster)
-            mbarrier_init(smem.empty_v(slot), 4 * kConsumers * kCluster);
-        }
-        for (int c = 0; c < kConsumers; ++c) {
-            for (int b = 0; b < kQBuffers; ++b) {
-                mbarrier_init(smem.full_q(c, b), 1);
-                mbarrier_init(smem.empty_q(c, b), 4);  // the consumer's warps
-            }
-        }
-        if constexpr (kSharedO) mbarrier_init(smem.o_free, 1);  // the last user's store has read it
-        if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(smem.turn_word) : "memory");
+        smem.init();
         sched.write_share();
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -164,121 +135,10 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
     const int tid = threadIdx.x % 128;  // within the warpgroup
 
-    // ---- producer: Q, then K and V tiles into the ring -----------------------------------
-    // Whole tiles of a strided K/V go by TMA, one thread issuing; the first tile when it
-    // runs past the keys (its tail zero-filled) and every paged tile go by cp.async, the
-    // whole warpgroup copying and the barrier held open until the copies land. `it`
-    // counts key tiles over the block's work tiles (ring slot and phase), `q_round` the
-    // work tiles (Q's phase).
+    // ---- producer (producer.cuh) ----------------------------------------------------------
     if (warpgroup == 0) {
-        if constexpr (T::kProducerRegs > 0) registers_release<T::kProducerRegs>();
-        if constexpr (T::kTma) {
-            if (tid == 0) {
-                tma_prefetch(maps.q);
-                tma_prefetch(maps.k);
-                tma_prefetch(maps.v);
-                tma_prefetch(maps.o);
-            }
-        }
-        int it = 0;
-        int q_round = 0;
-        for (int round = 0; round < sched.rounds; ++round) {
-            const WorkTile w = T::kPersistent ? sched.work_at(round) : first_work;
-            if (!w.has_rows() && kCluster == 1) continue;
-            // The other threads wait here for thread 0 to finish the last work tile's
-            // issues: a barrier is never waited on two phases ahead.
-            if constexpr (T::kTma && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
-            // After the whole warpgroup's cp.async into a slot: the slot's one arrival.
-            auto copies_issued = [&](u32 bar) {
-                cp_async_mbarrier_track(bar);
-                named_barrier_sync(kProducerBarrier, 128);  // every copy is tracked ...
-                if (tid == 0) mbarrier_arrive(bar);         // ... before the one arrival
-            };
-            // TMA coordinates of the sequence: a packed batch is one batch of all rows.
-            const bool packed_k = params.cu_seqlens_k != nullptr;
-
-            // ---- Q: each consumer's 64 rows, once its last tile's reads are done ----------
-            {
-                const u16* const q_gmem =
-                    static_cast<const u16*>(params.q) + w.seq.q_offset + w.head * params.q_head_stride;
-                const int qb = q_round % kQBuffers;
-                for (int c = 0; c < kConsumers; ++c) {
-                    const int row_begin = w.row_begin + 64 * c;
-                    const int valid = w.rows - row_begin;
-                    mbarrier_wait(smem.empty_q(c, qb), ((q_round / kQBuffers) & 1) ^ 1);
-                    if (q_by_tma(valid)) {
-                        if (tid == 0) {
-                            mbarrier_arrive_expect_tx(smem.full_q(c, qb), T::kHeadDimPad * 64 * 2);
-                            tma_load_tile<T::kHeadDim, 64>(smem.q_slot(c, qb), maps.q, smem.full_q(c, qb),
-                                                           q_map_row(w) + row_begin, w.head, q_map_batch(w));
-                        }
-                    } else {
-                        producer_copy<64, LayoutQ, 128>(smem.q_slot(c, qb), [&](int r) {
-                            const int row = row_begin + r;
-                            return T::kPackGqa ? q_gmem + i64(row / kGroup) * params.q_row_stride +
-                                                     (row % kGroup) * params.q_head_stride
-                                               : q_gmem + i64(row) * params.q_row_stride;
-                        }, q_gmem, valid, tid);
-                        copies_issued(smem.full_q(c, qb));
-                    }
-                }
-                ++q_round;
-            }
-
-            // ---- K and V ------------------------------------------------------------------
-            const u16* const k_gmem =
-                static_cast<const u16*>(params.k) + w.seq.k_offset + w.kv_head * params.k_head_stride;
-            const u16* const v_gmem =
-                static_cast<const u16*>(params.v) + w.seq.v_offset + w.kv_head * params.v_head_stride;
-            const PageTable pages{params.page_table + i64(w.batch) * params.page_table_batch_stride,
-                                  params.page_size};
-            auto copy_tile = [&](int tile) {
-                const int slot = (it + tile) % kStages;
-                const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
-                const int key_begin = (w.n_end - 1 - tile) * T::kBlockN;
-                // The first tile is the last key block: rows past the keys load as zeros.
-                const int valid = tile == 0 ? w.seq.seqlen_k - key_begin : T::kBlockN;
-                mbarrier_wait(smem.empty_k(slot), free_parity);
-                producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutK, 128>(
-                    smem.k_tile(slot), k_gmem, params.k_row_stride, params.k_batch_stride, pages,
-                    key_begin, valid, tid);
-                copies_issued(smem.full_k(slot));
-                mbarrier_wait(smem.empty_v(slot), free_parity);
-                producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutV, 128>(
-                    smem.v_tile(slot), v_gmem, params.v_row_stride, params.v_batch_stride, pages,
-                    key_begin, valid, tid);
-                copies_issued(smem.full_v(slot));
-            };
-            if constexpr (T::kTma) {
-                const int first = w.first_by_copy ? 1 : 0;
-                if (w.first_by_copy) copy_tile(0);
-                if (tid == 0) {
-                    const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
-                    const int batch_coord = packed_k ? 0 : w.batch;
-                    for (int tile = first; tile < w.n_tiles; ++tile) {
-                        const int slot = (it + tile) % kStages;
-                        const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
-                        const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
-                        // In a cluster the slot is free once every block's consumers
-                        // are done with it, and each block's share lands in all of them.
-                        mbarrier_wait(smem.empty_k(slot), free_parity);
-                        mbarrier_arrive_expect_tx(smem.full_k(slot), T::kSmemK * 2);
-                        tma_load_ring_tile<T::kHeadDim, T::kBlockN, kCluster>(smem.k_tile(slot),
-                                                                              maps.k, smem.full_k(slot), row, w.kv_head,
-                                                                              batch_coord, cluster_rank_m);
-                        mbarrier_wait(smem.empty_v(slot), free_parity);
-                        mbarrier_arrive_expect_tx(smem.full_v(slot), T::kSmemV * 2);
-                        tma_load_ring_tile<T::kHeadDimV, T::kBlockN, kCluster>(smem.v_tile(slot),
-                                                                               maps.v, smem.full_v(slot), row, w.kv_head,
-                                                                               batch_coord, cluster_rank_m);
-                    }
-                }
-            } else {
-                for (int tile = 0; tile < w.n_tiles; ++tile) copy_tile(tile);
-            }
-            it += w.n_tiles;
-        }
-        cp_async_wait<0>();
+        const Producer<T> producer{params, smem, qo, tid, kGroup};
+        producer.run(sched, first_work, maps, cluster_rank_m);
         return;
     }
 
@@ -379,7 +239,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         const int qb = q_round % kQBuffers;
         const u32 q_tile = smem.q_slot(consumer, qb);
         mbarrier_wait(smem.full_q(consumer, qb), (q_round / kQBuffers) & 1);
-        if (!q_by_tma(rows - wg_row_begin)) fence_proxy_async();  // cp.async's writes before wgmma's reads
+        if (!qo.by_tma(rows - wg_row_begin)) fence_proxy_async();  // cp.async's writes before wgmma's reads
 
         float o_acc[kOTiles * 4];
 #pragma unroll
@@ -647,13 +507,13 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         if (writes_o) {
             stage_o<kBf16, LayoutO>(o_stage, o_acc, o_norm, warp * T::kRowsPerWarp, rows_at);
             store_lse(params, seq.lse_offset, head, rows_at, rows, lse);
-            const bool o_by_tma = q_by_tma(rows - wg_row_begin);
+            const bool o_by_tma = qo.by_tma(rows - wg_row_begin);
             if (o_by_tma) fence_proxy_async();  // the staged O (generic proxy) before the TMA store reads it
             named_barrier_sync(1 + consumer, 128);
             if (o_by_tma) {
                 if (tid == 0) {
-                    tma_store_tile<T::kHeadDimV, 64>(smem_u32(o_stage), maps.o, q_map_row(w) + wg_row_begin, head,
-                                                     q_map_batch(w));
+                    tma_store_tile<T::kHeadDimV, 64>(smem_u32(o_stage), maps.o, qo.map_row(w) + wg_row_begin, head,
+                                                     qo.map_batch(w));
                 }
             } else {
                 u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "fa4/common/types.cuh"
+#include "fa4/hopper/pipeline.cuh"
 #include "fa4/hopper/schedule.cuh"
 #include "fa4/hopper/traits.cuh"
 
@@ -55,6 +56,25 @@ struct SharedStorage {
           bars(base + kBarrierOffset),
           o_free(bars + 8 * (4 * kStages + 2 * kConsumers * kQBuffers)),
           turn_word(o_free + (T::kSharedO ? 8 : 0)) {}
+
+    // One thread, before the block's first barrier: each barrier's arrivals per phase, and
+    // the turn word's zero.
+    __device__ __forceinline__ void init() const {
+        for (int slot = 0; slot < kStages; ++slot) {
+            mbarrier_init(full_k(slot), 1);  // the producer's one arrival (+ its copies)
+            mbarrier_init(full_v(slot), 1);
+            mbarrier_init(empty_k(slot), 4 * kConsumers * T::kClusterM);  // every consumer warp (of the cluster)
+            mbarrier_init(empty_v(slot), 4 * kConsumers * T::kClusterM);
+        }
+        for (int c = 0; c < kConsumers; ++c) {
+            for (int b = 0; b < kQBuffers; ++b) {
+                mbarrier_init(full_q(c, b), 1);
+                mbarrier_init(empty_q(c, b), 4);  // the consumer's warps
+            }
+        }
+        if constexpr (T::kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
+        if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(turn_word) : "memory");
+    }
 
     // Work tile r's Q goes to buffer r % kQBuffers of each consumer's slots.
     __device__ u32 q_slot(int consumer, int buffer) const { return q + (consumer * kQBuffers + buffer) * kQSlotBytes; }

@@ -34,6 +34,22 @@ struct WorkTile {
     __device__ bool has_rows() const { return row_begin < rows; }
 };
 
+// Where a work tile's Q rows come from and its O rows go (the producer's Q load, the
+// epilogue's O store): by TMA, whole 64-row chunks of a strided Q inside the sequence
+// (rows of the next sequence are never touched, so a packed batch needs no row count);
+// by cp.async and the consumers' stores otherwise.
+template <class T>
+struct QoRows {
+    const FwdParams& params;
+    bool packed;  // a packed (varlen) batch: one batch of all rows in the Q and O maps
+
+    __device__ __forceinline__ explicit QoRows(const FwdParams& p) : params(p), packed(p.cu_seqlens_q != nullptr) {}
+    __device__ bool by_tma(int valid_rows) const { return T::kTma && !T::kPackGqa && valid_rows >= 64; }
+    // The map coordinates of the sequence's first row.
+    __device__ int map_row(const WorkTile& w) const { return packed ? params.cu_seqlens_q[w.batch] : 0; }
+    __device__ int map_batch(const WorkTile& w) const { return packed ? 0 : w.batch; }
+};
+
 // What every scheduler shares: the heads the grid walks and a tile's extent from its
 // coordinates.
 template <class T, class Coords>
