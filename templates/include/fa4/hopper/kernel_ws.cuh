@@ -44,38 +44,11 @@
 #include "fa4/hopper/tile_scheduler.cuh"
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
+#include "fa4/hopper/turns.cuh"
 #include "fa4/hopper/wgmma.cuh"
 
 namespace fa4 {
 namespace hopper {
-
-// Named barriers: 1 + c is consumer c's own (128 threads); kTurnBarrier + c is its turn
-// at the tensor cores (its 128 threads wait, the consumer before it arrives); the
-// producer's warps meet at kProducerBarrier.
-constexpr int kTurnBarrier = 4;
-
-// A consumer's turn at the MUFU (kMufuTurns): wait for the turn between a block's row
-// maxima and its exponentials, pass it once their row sums are in. Named barriers order
-// memory only, and ptxas moves arithmetic across them, so the exponentials are tied to the
-// turn through shared memory: after the wait, a load of a word that holds 0 is OR-ed into
-// the offsets every exponential subtracts; before the pass, the row sums (which need every
-// exponential) AND-ed with it are stored back.
-struct MufuTurn {
-    int take_barrier, pass_barrier;
-    u32 word;  // shared memory, 0
-    u32 zero;
-    __device__ __forceinline__ void before(float (&offset)[2]) {
-        named_barrier_sync(take_barrier, 256);
-        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(word) : "memory");
-        offset[0] = __uint_as_float(__float_as_uint(offset[0]) | zero);
-        offset[1] = __uint_as_float(__float_as_uint(offset[1]) | zero);
-    }
-    __device__ __forceinline__ void after(float sum0, float sum1) {
-        const u32 tie = (__float_as_uint(sum0) | __float_as_uint(sum1)) & zero;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(word), "r"(tie) : "memory");
-        named_barrier_arrive(pass_barrier, 256);
-    }
-};
 
 // `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
 // parameters like `params`, read where used: taken by value or by pointer, they held
@@ -154,44 +127,12 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                          (kSharedO ? 0 : consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2);
     const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
-    // Turns at the tensor cores, round robin from consumer 0 (the last one lets it start).
-    // With kMufuTurns the turns are at the MUFU instead: each consumer takes its turn
-    // between a block's row maxima and its exponentials and passes it after them, and
-    // issues its GEMMs whenever its operands are in (cuDNN's d64 kernel places its turns
-    // so).
-    constexpr bool kGemmTurns = T::kPingpong && !T::kMufuTurns;
-    auto take_turn = [&] {
-        if constexpr (kGemmTurns) named_barrier_sync(kTurnBarrier + consumer, 256);
-    };
-    auto pass_turn = [&] {
-        if constexpr (kGemmTurns) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumers, 256);
-    };
-    // What a block's exponentials run inside: the turn at the MUFU, or nothing.
-    const auto block_turn = [&] {
-        if constexpr (T::kMufuTurns) {
-            return MufuTurn{kTurnBarrier + consumer, kTurnBarrier + (consumer + 1) % kConsumers, smem.turn_word, 0};
-        } else {
-            return NoTurn{};
-        }
-    }();
-    if constexpr (T::kPingpong) {
-        if (consumer == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
-    }
-    // A warp is done with a slot once its wgmma reads of it have completed.
-    auto release = [&](u32 bar) {
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(bar);
-    };
-    // A K or V slot: in a cluster, every block's producer multicasts into it, so its
-    // warps free it in every block (lane r arrives in block r).
-    auto release_kv = [&](u32 bar) {
-        if constexpr (kCluster > 1) {
-            __syncwarp();
-            if (lane < kCluster) mbarrier_arrive_cluster(bar, lane);
-        } else {
-            release(bar);
-        }
-    };
+    // ---- turns (turns.cuh) ----------------------------------------------------------------
+    using Turns = TurnsOf<T>;
+    const Turns turns{consumer, smem.turn_word};
+    const auto block_turn = turns.block();
+    turns.start();
+    const SlotRelease<kCluster> release{lane};  // a warp's arrival on a slot's empty barrier
 
     int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)
     int q_round = 0;  // work tiles (Q's phase)
@@ -215,9 +156,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                     const int slot = (it + tile) % kStages;
                     const u32 parity = ((it + tile) / kStages) & 1;
                     mbarrier_wait(smem.full_k(slot), parity);
-                    release_kv(smem.empty_k(slot));
+                    release.kv(smem.empty_k(slot));
                     mbarrier_wait(smem.full_v(slot), parity);
-                    release_kv(smem.empty_v(slot));
+                    release.kv(smem.empty_v(slot));
                 }
                 it += w.n_tiles;
             }
@@ -348,14 +289,14 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             fence_regs(o_acc);
 #pragma unroll
             for (int ks = 0; ks < T::kPvSteps; ++ks) fence_regs(p[ks]);
-            release_kv(smem.empty_v((it + tile) % kStages));
+            release.kv(smem.empty_v((it + tile) % kStages));
         };
         // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
         // rescaled (the overlapped schedule ignores the first block's answer: O is still zero).
         auto qk_scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
-            take_turn();
+            turns.take();
             issue_qk(tile, live);
-            pass_turn();
+            turns.pass();
             wgmma_wait<0>();
             constexpr int kLiveQ = decltype(live)::value;
             if constexpr (kLiveQ == 0) {
@@ -367,7 +308,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             } else {
                 fence_regs(s_flat);
             }
-            release_kv(smem.empty_k((it + tile) % kStages));
+            release.kv(smem.empty_k((it + tile) % kStages));
             return scores(tile, live, o_scale, fixed);
         };
 
@@ -406,13 +347,13 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 }
                 for (int tile = 1; tile < n_tiles; ++tile) {
                     with_width_of(tile - 1, [&](auto live_prev) {
-                        take_turn();
+                        turns.take();
                         issue_qk(tile, Whole{});
                         issue_pv(tile - 1, live_prev);
-                        pass_turn();
+                        turns.pass();
                         wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
                         fence_regs(s_flat);
-                        release_kv(smem.empty_k((it + tile) % kStages));
+                        release.kv(smem.empty_k((it + tile) % kStages));
                         float o_scale[2];
                         const bool rescale = scores(tile, Whole{}, o_scale, fixed);
                         wgmma_wait<0>();
@@ -425,9 +366,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                 if constexpr (T::kSeparateO) release(smem.empty_q(consumer, qb));
                 if (n_tiles > 0) {
                     with_width_of(n_tiles - 1, [&](auto live) {
-                        take_turn();
+                        turns.take();
                         issue_pv(n_tiles - 1, live);
-                        pass_turn();
+                        turns.pass();
                         if constexpr (kNextUnderPv) next_at = sched.coords(round + 1);
                         wgmma_wait<0>();
                         pv_done(n_tiles - 1);
@@ -443,9 +384,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
                         float o_scale[2];
                         if (qk_scores(tile, live, o_scale, fixed)) rescale_o(o_scale);
                         pack(live);
-                        take_turn();
+                        turns.take();
                         issue_pv(tile, live);
-                        pass_turn();
+                        turns.pass();
                         wgmma_wait<0>();
                         pv_done(tile);
                     });

@@ -109,16 +109,6 @@ struct TileMap {
     }
 };
 
-// A if kFirst, else B.
-template <bool kFirst, class A, class B>
-struct Select {
-    using type = A;
-};
-template <class A, class B>
-struct Select<false, A, B> {
-    using type = B;
-};
-
 // ---- one block per tile ---------------------------------------------------------------
 // The tile comes from the launch order (causal: heaviest first) and is worked out once,
 // before the block's barriers, so a block without rows leaves at once.
