@@ -34,6 +34,7 @@
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
 #include "fa4/common/tile_copy.cuh"
+#include "fa4/hopper/epilogue.cuh"
 #include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/load.cuh"
 #include "fa4/hopper/pipeline.cuh"
@@ -133,6 +134,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     const auto block_turn = turns.block();
     turns.start();
     const SlotRelease<kCluster> release{lane};  // a warp's arrival on a slot's empty barrier
+    const Epilogue<T> epilogue{params, split, split_items, smem, qo, o_stage, consumer, tid, warp, kGroup};
 
     int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)
     int q_round = 0;  // work tiles (Q's phase)
@@ -407,78 +409,14 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             run_blocks(CapOffset<false>{});
         }
 
-        // ---- epilogue: O / rowsum -> shared -> global; LSE per row --------------------------
-        // O is staged in this consumer's own slot: its Q slot (its QK GEMMs, the only
-        // readers, are done) or, with kSeparateO, one of its own, which the last tile's O
-        // may still be leaving: its TMA store must have read it, every thread its rows.
-        // Chunks whose Q came by TMA leave by one thread's TMA store, the others by the
-        // consumer's 16-byte stores.
-        float o_norm[2];
+        // ---- epilogue (epilogue.cuh) ------------------------------------------------------
+        // Its per-row numbers live in this frame: declared in the epilogue, ptxas's code
+        // moved.
+        float o_norm[2];     // the factor that normalises O
         float lse[2];
-        float sink_log2[2];
-        sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
-        softmax.template finalize<T::kSinks>(offset_in_log2 ? 1.f : score_scale_log2, sink_log2, o_norm, lse);
-        if constexpr (kSharedO) {
-            // The slot's u-th use (u = 2 x epilogues so far + consumer) waits for phase
-            // u - 1, the other consumer's last free: parity 1 for consumer 0 (the first
-            // use passes at once), 0 for consumer 1, every time.
-            mbarrier_wait(smem.o_free, (consumer & 1) ^ 1);
-        } else if constexpr (T::kSeparateO) {
-            if (T::kTma && tid == 0) tma_store_wait_read();
-            named_barrier_sync(1 + consumer, 128);
-        }
-        // A piece of a split tile leaves its O and LSE in the workspace; the second piece
-        // to finish merges the first's and writes the tile's O and LSE (split.cuh). Its
-        // slot comes from shared memory: carried through the key loop in registers, it
-        // spilled at d256 and cost other tiles uniform-register moves there.
-        bool writes_o = true;
-        if constexpr (T::kSplitTail) {
-            if (split.tail > 0 && round >= split_items.whole_rounds()) {
-                TailItem item;
-                split_items.item(round - split_items.whole_rounds(), item);
-                if (item.slot > 0) {
-                    const SplitWorkspace<kOTiles, kConsumers> ws{static_cast<char*>(split.workspace)};
-                    writes_o = split_meet<kOTiles>(o_acc, o_norm, lse, ws.entry(item.slot, item.piece, consumer),
-                                                   ws.entry(item.slot, 1 - item.piece, consumer),
-                                                   ws.counter(item.slot, consumer), smem_u32(o_stage), tid,
-                                                   1 + consumer);
-                }
-            }
-        }
-        if (writes_o) {
-            stage_o<kBf16, LayoutO>(o_stage, o_acc, o_norm, warp * T::kRowsPerWarp, rows_at);
-            store_lse(params, seq.lse_offset, head, rows_at, rows, lse);
-            const bool o_by_tma = qo.by_tma(rows - wg_row_begin);
-            if (o_by_tma) fence_proxy_async();  // the staged O (generic proxy) before the TMA store reads it
-            named_barrier_sync(1 + consumer, 128);
-            if (o_by_tma) {
-                if (tid == 0) {
-                    tma_store_tile<T::kHeadDimV, 64>(smem_u32(o_stage), maps.o, qo.map_row(w) + wg_row_begin, head,
-                                                     qo.map_batch(w));
-                }
-            } else {
-                u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;
-                store_rows<64, LayoutO, 128>(
-                    [&](int r) {
-                        const int row = wg_row_begin + r;
-                        return T::kPackGqa
-                                   ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride
-                                   : o_gmem + i64(row) * params.o_row_stride;
-                    },
-                    o_stage, rows - wg_row_begin, tid);
-            }
-        }
-        if constexpr (kSharedO) {
-            // Free once every thread has read its rows (store_rows) and the TMA store its
-            // chunk. (Both waits, whichever path ran: branching on o_by_tma here took
-            // ptxas's uniform registers off the main loop's descriptors, 471 -> 514
-            // instructions per iteration.)
-            named_barrier_sync(1 + consumer, 128);
-            if (tid == 0) {
-                tma_store_wait_read();
-                mbarrier_arrive(smem.o_free);
-            }
-        }
+        float sink_log2[2];  // the sink logit of the row's head
+        epilogue.store(o_acc, softmax, offset_in_log2, score_scale_log2, w, rows_at, wg_row_begin, round, maps,
+                       o_norm, lse, sink_log2);
 
         it += n_tiles;
         ++q_round;
@@ -490,10 +428,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             release(smem.empty_q(consumer, qb));
         }
     }
-    // Shared memory outlives the reads of the last TMA store.
-    if (T::kTma && tid == 0) tma_store_wait_read();
-    // ... and, in a cluster, the other blocks' last arrivals on its barriers.
-    if constexpr (kCluster > 1) cluster_sync();
+    epilogue.finish();
 }
 
 }  // namespace hopper
