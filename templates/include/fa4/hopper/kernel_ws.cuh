@@ -37,6 +37,7 @@
 #include "fa4/hopper/epilogue.cuh"
 #include "fa4/hopper/fragments.cuh"
 #include "fa4/hopper/load.cuh"
+#include "fa4/hopper/mainloop.cuh"
 #include "fa4/hopper/pipeline.cuh"
 #include "fa4/hopper/producer.cuh"
 #include "fa4/hopper/schedule.cuh"
@@ -223,190 +224,25 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         using Hidden = LiveTiles<0>;
         const bool hidden_first = kHiddenFirst && n_tiles > 0 && wg_col_end <= (n_end - 1) * T::kBlockN;
 
-        // ---- QK GEMM: S = Q K^T over the live fragments (wgmma SS), issued only -------------
-        auto issue_qk = [&](int tile, auto live) {
-            constexpr int kLive = decltype(live)::value;
-            const int slot = (it + tile) % kStages;
-            mbarrier_wait(smem.full_k(slot), ((it + tile) / kStages) & 1);
-            if constexpr (kLive > 0) {
-                using Mma = Wgmma<kLive * 8, kBf16>;
-                // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
-                if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-                const u32 k_tile = smem.k_tile(slot);
-                wgmma_fence();
-#pragma unroll
-                for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                    const u64 q_desc = k_major_desc<LayoutQ>(q_tile, ks);
-                    const u64 k_desc = k_major_desc<typename T::LayoutK>(k_tile, ks);
-                    if constexpr (kLive == kNTiles) {
-                        Mma::ss(s_flat, q_desc, k_desc, ks > 0);
-                    } else {
-                        Mma::ss(s_half, q_desc, k_desc, ks > 0);
-                    }
-                }
-                wgmma_commit();
-            }
-        };
-        // ---- PV GEMM: O += P V over the live fragments' keys, issued only ------------------
-        // (wgmma RS: P from registers, V MN-major; a k16 step covers two fragments)
-        auto issue_pv = [&](int tile, auto live) {
-            constexpr int kSteps = live_pv_steps<decltype(live)::value>();
-            const int slot = (it + tile) % kStages;
-            mbarrier_wait(smem.full_v(slot), ((it + tile) / kStages) & 1);
-            if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-            const u32 v_tile = smem.v_tile(slot);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < kSteps; ++ks) {
-                MmaO::rs(o_acc, p[ks], mn_major_desc<typename T::LayoutV>(v_tile, ks), 1);
-            }
-            wgmma_commit();
-        };
-        // ---- soft-capping, mask, online softmax on S (which the QK GEMM has written) --------
-        // Returns whether O must be rescaled by o_scale (lazy: the same answer for the
-        // whole warp, so the rescale is skipped without divergence; else always).
-        // (`fixed`: CapOffset<true> under the cap's fixed offset, where O needs no rescale.)
-        auto scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
-            const int col_begin = (n_end - 1 - tile) * T::kBlockN;
-            const bool needs_mask =
-                block_needs_mask<T::kBlockN>(mask, tile == 0, w.query_first, w.query_last, col_begin);
-            if constexpr (decltype(fixed)::value) {
-                block_scores_cap_offset<decltype(live)::value>(s, softmax, params, mask, needs_mask, rows_at,
-                                                               col_begin, score_scale_log2, block_turn);
-                return false;
-            } else {
-                const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
-                    s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale, block_turn);
-                return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
-            }
-        };
-        auto pack = [&](auto live) { pack_p<kBf16, decltype(live)::value>(s, p); };
-        auto rescale_o = [&](const float (&o_scale)[2]) {
-#pragma unroll
-            for (int ot = 0; ot < kOTiles; ++ot)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o_acc[ot * 4 + e] *= o_scale[e / 2];
-        };
-        auto pv_done = [&](int tile) {
-            fence_regs(o_acc);
-#pragma unroll
-            for (int ks = 0; ks < T::kPvSteps; ++ks) fence_regs(p[ks]);
-            release.kv(smem.empty_v((it + tile) % kStages));
-        };
-        // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
-        // rescaled (the overlapped schedule ignores the first block's answer: O is still zero).
-        auto qk_scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
-            turns.take();
-            issue_qk(tile, live);
-            turns.pass();
-            wgmma_wait<0>();
-            constexpr int kLiveQ = decltype(live)::value;
-            if constexpr (kLiveQ == 0) {
-                // no scores: the hidden block's softmax only takes its turn
-            } else if constexpr (kLiveQ < kNTiles) {
-                fence_regs(s_half);
-#pragma unroll
-                for (int i = 0; i < kNTiles * 2; ++i) s_flat[i] = s_half[i];
-            } else {
-                fence_regs(s_flat);
-            }
-            release.kv(smem.empty_k((it + tile) % kStages));
-            return scores(tile, live, o_scale, fixed);
-        };
-
-        // Block `tile` down the path of its width: the half (or, kHiddenFirst, the empty)
-        // path only for the first block of a consumer that sees at most half (none) of it
-        // (there is none without a mask).
-        auto with_width_of = [&](int tile, auto&& body) {
-            if constexpr (kHalfFirst) {
-                if (tile == 0 && half_first) {
-                    body(Half{});
-                    return;
-                }
-            }
-            if constexpr (kHiddenFirst) {
-                if (tile == 0 && hidden_first) {
-                    body(Hidden{});
-                    return;
-                }
-            }
-            body(Whole{});
-        };
-
+        // ---- mainloop (mainloop.cuh) ------------------------------------------------------
+        using First = FirstBlockOf<T>;
+        const First first{T::kHiddenFirst ? hidden_first : half_first};
+        const Mainloop<T, Turns, decltype(block_turn), Scheduler> mainloop{
+            params, smem, turns, block_turn, release, score_scale_log2, consumer, it, w, n_end, n_tiles, mask, rows_at,
+            q_tile, qb, first, o_acc, softmax, s, s_flat, p, s_half, next_at, sched, round};
         // The key blocks, down the offset's path: kCapOffset fixes it by the cap where the
         // cap allows (fragments.cuh), chosen once, so each path is its own copy of the loop.
         bool offset_in_log2 = false;
-        auto run_blocks = [&](auto fixed) {
-            if constexpr (T::kOverlap) {
-                // Block 0 alone; then QK(j) and PV(j - 1) in one turn, softmax(j) under PV(j - 1);
-                // the last PV GEMM in a turn of its own.
-                if (n_tiles > 0) {
-                    with_width_of(0, [&](auto live) {
-                        float o_scale[2];
-                        qk_scores(0, live, o_scale, fixed);  // O is still zero: nothing to rescale
-                        pack(live);
-                    });
-                }
-                for (int tile = 1; tile < n_tiles; ++tile) {
-                    with_width_of(tile - 1, [&](auto live_prev) {
-                        turns.take();
-                        issue_qk(tile, Whole{});
-                        issue_pv(tile - 1, live_prev);
-                        turns.pass();
-                        wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
-                        fence_regs(s_flat);
-                        release.kv(smem.empty_k((it + tile) % kStages));
-                        float o_scale[2];
-                        const bool rescale = scores(tile, Whole{}, o_scale, fixed);
-                        wgmma_wait<0>();
-                        pv_done(tile - 1);
-                        if (rescale) rescale_o(o_scale);
-                        pack(Whole{});
-                    });
-                }
-                // Every QK GEMM is done: the producer may load the next tile's Q.
-                if constexpr (T::kSeparateO) release(smem.empty_q(consumer, qb));
-                if (n_tiles > 0) {
-                    with_width_of(n_tiles - 1, [&](auto live) {
-                        turns.take();
-                        issue_pv(n_tiles - 1, live);
-                        turns.pass();
-                        if constexpr (kNextUnderPv) next_at = sched.coords(round + 1);
-                        wgmma_wait<0>();
-                        pv_done(n_tiles - 1);
-                    });
-                } else if constexpr (kNextUnderPv) {
-                    next_at = sched.coords(round + 1);
-                }
-                if constexpr (T::kPersistent && !kNextUnderPv) next_at = sched.coords(round + 1);
-            } else {
-                // QK, softmax, PV, each waited for, block by block.
-                for (int tile = 0; tile < n_tiles; ++tile) {
-                    with_width_of(tile, [&](auto live) {
-                        float o_scale[2];
-                        if (qk_scores(tile, live, o_scale, fixed)) rescale_o(o_scale);
-                        pack(live);
-                        turns.take();
-                        issue_pv(tile, live);
-                        turns.pass();
-                        wgmma_wait<0>();
-                        pv_done(tile);
-                    });
-                }
-                if constexpr (T::kSeparateO) release(smem.empty_q(consumer, qb));
-                if constexpr (T::kPersistent) next_at = sched.coords(round + 1);
-            }
-        };
         if constexpr (T::kCapOffset) {
             offset_in_log2 = softmax.cap_offset_fits(score_scale_log2);
             if (offset_in_log2) {
                 softmax.init_cap_offset(score_scale_log2);
-                run_blocks(CapOffset<true>{});
+                mainloop.run(CapOffset<true>{});
             } else {
-                run_blocks(CapOffset<false>{});
+                mainloop.run(CapOffset<false>{});
             }
         } else {
-            run_blocks(CapOffset<false>{});
+            mainloop.run(CapOffset<false>{});
         }
 
         // ---- epilogue (epilogue.cuh) ------------------------------------------------------
