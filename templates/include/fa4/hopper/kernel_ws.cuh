@@ -1,12 +1,17 @@
-// The Hopper FlashAttention forward kernel, warp-specialised (sm_90a).
+// The Hopper FlashAttention forward kernel, warp-specialised (sm_90a), composed of parts:
 //
-// Warpgroup 0 is the producer: it gives most of its registers back (setmaxnreg) and loads
-// each consumer's Q into its slot and K and V tiles into a ring of kStages slots, by TMA
-// (one thread, tensor maps encoded on the host) or by cp.async (pack-GQA and partial Q,
-// paged K/V, a tile running past the keys); each slot is guarded by a "full" mbarrier
-// (its bytes landed) and an "empty" one (every consumer warp is done reading it).
-// Warpgroups 1 .. kWarpgroups are consumers of 64 query rows each; they never wait on
-// one another except for their turn at the tensor cores:
+//   SharedStorage   shared_storage.cuh  the byte layout: Q/O slots, the K/V ring, barriers
+//   Scheduler       tile_scheduler.cuh  which work tiles a block takes: one per block, or
+//                                       persistent rounds (snake, causal sections, split tail)
+//   Producer        producer.cuh        warpgroup 0: Q and the K/V ring by TMA (multicast in
+//                                       a cluster) or cp.async, guarded by mbarriers
+//   Turns           turns.cuh           the consumers' pingpong: at the GEMMs, the MUFU or none
+//   Mainloop        mainloop.cuh        a consumer's key blocks: QK GEMM, scores, PV GEMM, in
+//                                       the plain or overlapped schedule
+//   Epilogue        epilogue.cuh        O / rowsum and the LSE out, split-tail meet, O slots
+//
+// Warpgroup 0 is the producer; warpgroups 1 .. kWarpgroups are consumers of 64 query rows
+// each, which never wait on one another except for their turns:
 //
 //   load      Q: each consumer's 64 rows in its slot, by the producer
 //   QK GEMM   S = Q K^T            wgmma SS from the K slot
@@ -16,16 +21,23 @@
 //   epilogue  O / rowsum (sink logits join the rowsum) through shared memory, out by TMA
 //             where Q came by TMA; LSE per row
 //
-// Overlap (kOverlap): iteration j issues QK(j) and then PV(j - 1) before waiting for
-// either, so the softmax of block j runs while the tensor cores finish PV(j - 1).
-// Pingpong (kPingpong): consumers issue their GEMMs in turn (named barriers, round
-// robin), so one warpgroup's softmax runs under the others' GEMMs.
 // Persistent (kPersistent): about one block per SM walks the work tiles; the producer
 // runs ahead into the next tile's Q and K/V while the consumers finish this one. The next
 // Q goes into a second Q slot where shared memory holds one (kQBuffers), else into this
 // one's as soon as the last QK GEMM (or, with O staged in the Q slot, O's store) is done.
 // Lazy rescaling (kLazyRescale): O is rescaled only when some row's scores outgrow the
 // max it is scaled to by a factor over 2^8 (fragments.cuh); without it, every key block.
+//
+// How the parts are written: ptxas turned out to follow the source's shape, so each part
+// keeps the one the single function had, which its machine code was tuned on (the PTX of
+// every served kernel is the same but for register numbers; the SASS is identical).
+// Inline code became __forceinline__ functions; the former lambdas plain __device__
+// functions (NVVM inlines them after simplifying each, as it did the lambdas), holding
+// references to the kernel's variables as the lambdas captured them; lambdas inside a
+// part capture local references, never the part; conditions stay spelled out where they
+// branch. A copy of a variable, a lambda reading one through `this`, a `valid()` call in
+// a loop condition, or an aggregate declared inside an always-inlined part each moved
+// code. Keep to this when editing a part, and check the code hashes.
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -33,121 +45,73 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
-#include "fa4/common/tile_copy.cuh"
 #include "fa4/hopper/epilogue.cuh"
 #include "fa4/hopper/fragments.cuh"
-#include "fa4/hopper/load.cuh"
 #include "fa4/hopper/mainloop.cuh"
 #include "fa4/hopper/pipeline.cuh"
 #include "fa4/hopper/producer.cuh"
-#include "fa4/hopper/schedule.cuh"
 #include "fa4/hopper/shared_storage.cuh"
-#include "fa4/hopper/split.cuh"
 #include "fa4/hopper/tile_scheduler.cuh"
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
 #include "fa4/hopper/turns.cuh"
-#include "fa4/hopper/wgmma.cuh"
 
 namespace fa4 {
 namespace hopper {
 
-// `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
-// parameters like `params`, read where used: taken by value or by pointer, they held
-// registers through the key loop, which spilled at d256 and d128 over 176 keys.
-template <class Config>
-__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps,
-                                                         const SplitArgs& split) {
-    using T = Traits<Config>;
-    constexpr bool kBf16 = T::kIsBf16;
+// The parts of the kernel for a config (traits.cuh's T). Another mainloop (FP8, tcgen05)
+// comes in as another Parts with the same scheduler, producer and epilogue.
+template <class T>
+struct WsParts {
+    using Scheduler = SchedulerOf<T>;
+    using Producer = hopper::Producer<T>;
+    using Turns = TurnsOf<T>;
+    template <class BlockTurn>
+    using Mainloop = hopper::Mainloop<T, Turns, BlockTurn, Scheduler>;
+    using Epilogue = hopper::Epilogue<T>;
+};
+
+// ---- the consumers ----------------------------------------------------------------------
+// A consumer's loop over the block's work tiles: per tile, its Q slot, the mainloop over
+// the key blocks and the epilogue. `first_work` is a grid of one block per tile's tile.
+template <class T, class Parts, class Scheduler>
+__device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps maps, const SplitArgs& split,
+                                        const SharedStorage<T>& smem, const SplitItems& split_items,
+                                        const QoRows<T>& qo, const Scheduler& sched, const WorkTile& first_work,
+                                        const int& kGroup, const int& warpgroup, const int& tid) {
     constexpr int kNTiles = T::kNTiles;
     constexpr int kOTiles = T::kOTiles;
     constexpr int kStages = T::kStages;
-    constexpr int kConsumers = T::kWarpgroups;
-    constexpr int kCluster = T::kClusterM;  // blocks per cluster, sharing their K/V loads
-    using MmaO = Wgmma<T::kHeadDimVPad, kBf16>;
-    using LayoutQ = WgmmaLayout<64, T::kHeadDim>;   // one consumer's rows
-    using LayoutO = WgmmaLayout<64, T::kHeadDimV>;
-    constexpr int kQSlotBytes = T::kSmemQSlot * 2;  // one consumer's Q (and, unless kSeparateO, its O)
-    constexpr bool kSharedO = T::kSharedO;          // one O slot, the two consumers' in turn
-    constexpr int kOSlotBytes = T::kSmemOSlot * 2;
+    constexpr int kCluster = T::kClusterM;
     constexpr int kQBuffers = T::kQBuffers;
-
-    // ---- shared memory (shared_storage.cuh) -----------------------------------------------
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const SharedStorage<T> smem(smem_u32(smem_raw));
-    const SplitItems split_items = smem.split_share();
-
-    // ---- the work tiles (tile_scheduler.cuh) ----------------------------------------------
-    using Scheduler = SchedulerOf<T>;
+    constexpr bool kSharedO = T::kSharedO;
+    constexpr int kQSlotBytes = T::kSmemQSlot * 2;
+    constexpr int kOSlotBytes = T::kSmemOSlot * 2;
     using Coords = typename Scheduler::Coords;
-    Scheduler sched(params, split, split_items);
-    const int kGroup = sched.row_group;
-    // A block of a cluster whose first block has rows stays, rows or not: it loads its
-    // share of the cluster's K/V tiles, and its consumers free its slots for the others.
-    WorkTile first_work{};  // one block per tile: its tile, worked out once
-    const int cluster_rank_m = kCluster > 1 ? int(cluster_rank()) : 0;
-    if constexpr (!T::kPersistent) {
-        first_work = sched.work_at(0);
-        const bool cluster_has_rows = first_work.row_begin - cluster_rank_m * T::kBlockM < first_work.rows;
-        if (!first_work.has_rows() && !(kCluster > 1 && cluster_has_rows)) return;
-    }
-    const QoRows<T> qo(params);  // Q's and O's rows: by TMA or by copies
-
-    if (threadIdx.x == 0) {
-        smem.init();
-        sched.write_share();
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    // A cluster's blocks arrive on and load into each other's barriers from here on.
-    if constexpr (kCluster > 1) {
-        cluster_sync();
-    } else {
-        __syncthreads();
-    }
-    sched.read_share();
-
-    const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
-    const int tid = threadIdx.x % 128;  // within the warpgroup
-
-    // ---- producer (producer.cuh) ----------------------------------------------------------
-    if (warpgroup == 0) {
-        const Producer<T> producer{params, smem, qo, tid, kGroup};
-        producer.run(sched, first_work, maps, cluster_rank_m);
-        return;
-    }
-
-    // ---- consumers ----------------------------------------------------------------------
+    using Turns = typename Parts::Turns;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
     if constexpr (T::kConsumerRegs > 0) registers_claim<T::kConsumerRegs>();
     const int consumer = warpgroup - 1;
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
+    // Its O staging slot: a slot of its own, the shared one, or its Q slot (its QK GEMMs, the
+    // only readers, are done by then).
     u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
                          (smem.o - smem.q) / 2 +
                          (kSharedO ? 0 : consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2);
     const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
-    // ---- turns (turns.cuh) ----------------------------------------------------------------
-    using Turns = TurnsOf<T>;
     const Turns turns{consumer, smem.turn_word};
     const auto block_turn = turns.block();
     turns.start();
     const SlotRelease<kCluster> release{lane};  // a warp's arrival on a slot's empty barrier
-    const Epilogue<T> epilogue{params, split, split_items, smem, qo, o_stage, consumer, tid, warp, kGroup};
+    const typename Parts::Epilogue epilogue{params, split, split_items, smem, qo, o_stage, consumer, tid, warp, kGroup};
 
     int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)
     int q_round = 0;  // work tiles (Q's phase)
-    // A persistent grid places its next work tile (the schedule's integer divisions) under
-    // this tile's last PV GEMM, off the path from one tile to the next, where O has a slot
-    // of its own and K/V are not paged. Otherwise (d256, d128 over 176 keys, pages) the
-    // registers are short: ptxas then serialised every wgmma (C7514, 0.63x), so there it
-    // waits for the PV GEMM.
-    constexpr bool kNextUnderPv = T::kPersistent && T::kSeparateO && !kSharedO && !T::kPaged;
-    // A shared O slot goes round the consumers in turn (0, 1, 0, ..): a consumer's n-th
-    // epilogue waits for the other's last store to have read the slot, which arrives
-    // once it has.
+    // A persistent grid's next tile: worked out under the last PV GEMM (mainloop.cuh).
     Coords next_at = T::kPersistent ? sched.coords(0) : Coords{};
     for (int round = 0; round < sched.rounds; ++round) {
         const WorkTile w = T::kPersistent ? sched.work(next_at) : first_work;
@@ -198,36 +162,16 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         // (C7511), where registers are tightest.
         float s_half[kNTiles * 2];
 
-        // With a mask, the first block (the last keys) often reaches past this consumer's
-        // last visible key: causal's diagonal block for the first of two consumers, half of
-        // 128 keys or all of 64 or 80. Where at most half of it is visible, its QK GEMM runs
-        // over that half (an N / 2 wgmma into s_half, copied into S once in), its softmax
-        // too (p is 0 beyond), and its PV GEMM over the k-steps that half's keys span.
-        // (Skipping a hidden block outright threw the consumers' pingpong out of step: 0.94x
-        // at d256.) The choice is the consumer's, uniform over its warpgroup, and fixed at
-        // compile time down each of its two paths: a wgmma's accumulators must not differ
-        // between paths that join while it runs (ptxas serialises every wgmma then). The
-        // config space renders kHalfFirst where the second path pays (space/hopper.rs).
-        constexpr bool kHalfFirst = T::kHalfFirst;
-        static_assert(kNTiles % 2 == 0, "the half block is whole 8-column fragments");
-        using Whole = LiveTiles<kNTiles>;
-        using Half = LiveTiles<kNTiles / 2>;
+        // The first block's width (mainloop.cuh's FirstBlock*): at most half of it visible
+        // to this consumer, or none of it (there is no narrow block without a mask).
         const bool half_first =
-            kHalfFirst && n_tiles > 0 && wg_col_end - (n_end - 1) * T::kBlockN <= T::kBlockN / 2;
-        // Without the half path (kHiddenFirst, head dims past 128): a first block this
-        // consumer sees none of goes down a path of no live fragments, with no GEMM and no
-        // exponential; its slots are waited for and freed, and its turn at the MUFU is
-        // taken and passed so that the pair's softmaxes stay in turn (skipped with turns at
-        // the GEMMs instead, one consumer ran into its second softmax during the other's
-        // first: 0.94x, bench/NOTES.md).
-        constexpr bool kHiddenFirst = T::kHiddenFirst;
-        using Hidden = LiveTiles<0>;
-        const bool hidden_first = kHiddenFirst && n_tiles > 0 && wg_col_end <= (n_end - 1) * T::kBlockN;
+            T::kHalfFirst && n_tiles > 0 && wg_col_end - (n_end - 1) * T::kBlockN <= T::kBlockN / 2;
+        const bool hidden_first = T::kHiddenFirst && n_tiles > 0 && wg_col_end <= (n_end - 1) * T::kBlockN;
 
         // ---- mainloop (mainloop.cuh) ------------------------------------------------------
-        using First = FirstBlockOf<T>;
-        const First first{T::kHiddenFirst ? hidden_first : half_first};
-        const Mainloop<T, Turns, decltype(block_turn), Scheduler> mainloop{
+        using Mainloop = typename Parts::template Mainloop<decltype(block_turn)>;
+        const typename Mainloop::First first{T::kHiddenFirst ? hidden_first : half_first};
+        const Mainloop mainloop{
             params, smem, turns, block_turn, release, score_scale_log2, consumer, it, w, n_end, n_tiles, mask, rows_at,
             q_tile, qb, first, o_acc, softmax, s, s_flat, p, s_half, next_at, sched, round};
         // The key blocks, down the offset's path: kCapOffset fixes it by the cap where the
@@ -265,6 +209,64 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         }
     }
     epilogue.finish();
+}
+
+// ---- the kernel ---------------------------------------------------------------------------
+// `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
+// parameters like `params`, read where used: taken by value or by pointer, they held
+// registers through the key loop, which spilled at d256 and d128 over 176 keys.
+template <class Config, class Parts = WsParts<Traits<Config>>>
+__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps,
+                                                         const SplitArgs& split) {
+    using T = Traits<Config>;
+    constexpr int kCluster = T::kClusterM;  // blocks per cluster, sharing their K/V loads
+
+    // ---- shared memory (shared_storage.cuh) -----------------------------------------------
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const SharedStorage<T> smem(smem_u32(smem_raw));
+    const SplitItems split_items = smem.split_share();
+
+    // ---- the work tiles (tile_scheduler.cuh) ----------------------------------------------
+    using Scheduler = typename Parts::Scheduler;
+    Scheduler sched(params, split, split_items);
+    const int kGroup = sched.row_group;
+    // A block of a cluster whose first block has rows stays, rows or not: it loads its
+    // share of the cluster's K/V tiles, and its consumers free its slots for the others.
+    WorkTile first_work{};  // one block per tile: its tile, worked out once
+    const int cluster_rank_m = kCluster > 1 ? int(cluster_rank()) : 0;
+    if constexpr (!T::kPersistent) {
+        first_work = sched.work_at(0);
+        const bool cluster_has_rows = first_work.row_begin - cluster_rank_m * T::kBlockM < first_work.rows;
+        if (!first_work.has_rows() && !(kCluster > 1 && cluster_has_rows)) return;
+    }
+    const QoRows<T> qo(params);  // Q's and O's rows: by TMA or by copies
+
+    // ---- barriers ---------------------------------------------------------------------------
+    if (threadIdx.x == 0) {
+        smem.init();
+        sched.write_share();
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    // A cluster's blocks arrive on and load into each other's barriers from here on.
+    if constexpr (kCluster > 1) {
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
+    sched.read_share();
+
+    const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
+    const int tid = threadIdx.x % 128;  // within the warpgroup
+
+    // ---- producer (producer.cuh) ----------------------------------------------------------
+    if (warpgroup == 0) {
+        const typename Parts::Producer producer{params, smem, qo, tid, kGroup};
+        producer.run(sched, first_work, maps, cluster_rank_m);
+        return;
+    }
+
+    // ---- consumers -----------------------------------------------------------------------
+    consume<T, Parts>(params, maps, split, smem, split_items, qo, sched, first_work, kGroup, warpgroup, tid);
 }
 
 }  // namespace hopper
