@@ -1,12 +1,17 @@
-// The Hopper FlashAttention forward kernel, warp-specialised (sm_90a).
+// The Hopper FlashAttention forward kernel, warp-specialised (sm_90a), composed of parts:
 //
-// Warpgroup 0 is the producer: it gives most of its registers back (setmaxnreg) and loads
-// each consumer's Q into its slot and K and V tiles into a ring of kStages slots, by TMA
-// (one thread, tensor maps encoded on the host) or by cp.async (pack-GQA and partial Q,
-// paged K/V, a tile running past the keys); each slot is guarded by a "full" mbarrier
-// (its bytes landed) and an "empty" one (every consumer warp is done reading it).
-// Warpgroups 1 .. kWarpgroups are consumers of 64 query rows each; they never wait on
-// one another except for their turn at the tensor cores:
+//   SharedStorage   shared_storage.cuh  the byte layout: Q/O slots, the K/V ring, barriers
+//   Scheduler       tile_scheduler.cuh  which work tiles a block takes: one per block, or
+//                                       persistent rounds (snake, causal sections, split tail)
+//   Producer        producer.cuh        warpgroup 0: Q and the K/V ring by TMA (multicast in
+//                                       a cluster) or cp.async, guarded by mbarriers
+//   Turns           turns.cuh           the consumers' pingpong: at the GEMMs, the MUFU or none
+//   Mainloop        mainloop.cuh        a consumer's key blocks: QK GEMM, scores, PV GEMM, in
+//                                       the plain or overlapped schedule
+//   Epilogue        epilogue.cuh        O / rowsum and the LSE out, split-tail meet, O slots
+//
+// Warpgroup 0 is the producer; warpgroups 1 .. kWarpgroups are consumers of 64 query rows
+// each, which never wait on one another except for their turns:
 //
 //   load      Q: each consumer's 64 rows in its slot, by the producer
 //   QK GEMM   S = Q K^T            wgmma SS from the K slot
@@ -16,16 +21,23 @@
 //   epilogue  O / rowsum (sink logits join the rowsum) through shared memory, out by TMA
 //             where Q came by TMA; LSE per row
 //
-// Overlap (kOverlap): iteration j issues QK(j) and then PV(j - 1) before waiting for
-// either, so the softmax of block j runs while the tensor cores finish PV(j - 1).
-// Pingpong (kPingpong): consumers issue their GEMMs in turn (named barriers, round
-// robin), so one warpgroup's softmax runs under the others' GEMMs.
 // Persistent (kPersistent): about one block per SM walks the work tiles; the producer
 // runs ahead into the next tile's Q and K/V while the consumers finish this one. The next
 // Q goes into a second Q slot where shared memory holds one (kQBuffers), else into this
 // one's as soon as the last QK GEMM (or, with O staged in the Q slot, O's store) is done.
 // Lazy rescaling (kLazyRescale): O is rescaled only when some row's scores outgrow the
 // max it is scaled to by a factor over 2^8 (fragments.cuh); without it, every key block.
+//
+// How the parts are written: ptxas turned out to follow the source's shape, so each part
+// keeps the one the single function had, which its machine code was tuned on (the PTX of
+// every served kernel is the same but for register numbers; the SASS is identical).
+// Inline code became __forceinline__ functions; the former lambdas plain __device__
+// functions (NVVM inlines them after simplifying each, as it did the lambdas), holding
+// references to the kernel's variables as the lambdas captured them; lambdas inside a
+// part capture local references, never the part; conditions stay spelled out where they
+// branch. A copy of a variable, a lambda reading one through `this`, a `valid()` call in
+// a loop condition, or an aggregate declared inside an always-inlined part each moved
+// code. Keep to this when editing a part, and check the code hashes.
 #pragma once
 
 #include "fa4/common/mask.cuh"
@@ -33,449 +45,91 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/softmax.cuh"
-#include "fa4/common/tile_copy.cuh"
+#include "fa4/hopper/epilogue.cuh"
 #include "fa4/hopper/fragments.cuh"
-#include "fa4/hopper/load.cuh"
+#include "fa4/hopper/mainloop.cuh"
 #include "fa4/hopper/pipeline.cuh"
-#include "fa4/hopper/schedule.cuh"
-#include "fa4/hopper/split.cuh"
+#include "fa4/hopper/producer.cuh"
+#include "fa4/hopper/shared_storage.cuh"
+#include "fa4/hopper/tile_scheduler.cuh"
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
-#include "fa4/hopper/wgmma.cuh"
+#include "fa4/hopper/turns.cuh"
 
 namespace fa4 {
 namespace hopper {
 
-// Named barriers: 1 + c is consumer c's own (128 threads); kTurnBarrier + c is its turn
-// at the tensor cores (its 128 threads wait, the consumer before it arrives); the
-// producer's warps meet at kProducerBarrier.
-constexpr int kTurnBarrier = 4;
-constexpr int kProducerBarrier = 7;
-
-// A consumer's turn at the MUFU (kMufuTurns): wait for the turn between a block's row
-// maxima and its exponentials, pass it once their row sums are in. Named barriers order
-// memory only, and ptxas moves arithmetic across them, so the exponentials are tied to the
-// turn through shared memory: after the wait, a load of a word that holds 0 is OR-ed into
-// the offsets every exponential subtracts; before the pass, the row sums (which need every
-// exponential) AND-ed with it are stored back.
-struct MufuTurn {
-    int take_barrier, pass_barrier;
-    u32 word;  // shared memory, 0
-    u32 zero;
-    __device__ __forceinline__ void before(float (&offset)[2]) {
-        named_barrier_sync(take_barrier, 256);
-        asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(zero) : "r"(word) : "memory");
-        offset[0] = __uint_as_float(__float_as_uint(offset[0]) | zero);
-        offset[1] = __uint_as_float(__float_as_uint(offset[1]) | zero);
-    }
-    __device__ __forceinline__ void after(float sum0, float sum1) {
-        const u32 tie = (__float_as_uint(sum0) | __float_as_uint(sum1)) & zero;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(word), "r"(tie) : "memory");
-        named_barrier_arrive(pass_barrier, 256);
-    }
+// The parts of the kernel for a config (traits.cuh's T). Another mainloop (FP8, tcgen05)
+// comes in as another Parts with the same scheduler, producer and epilogue.
+template <class T>
+struct WsParts {
+    using Scheduler = SchedulerOf<T>;
+    using Producer = hopper::Producer<T>;
+    using Turns = TurnsOf<T>;
+    template <class BlockTurn>
+    using Mainloop = hopper::Mainloop<T, Turns, BlockTurn, Scheduler>;
+    using Epilogue = hopper::Epilogue<T>;
 };
 
-// The tensor maps of the TMA kernels (TmaFwdParams: Q, K, V and O), else null.
-struct TmaMaps {
-    const TensorMap* q;
-    const TensorMap* k;
-    const TensorMap* v;
-    const TensorMap* o;
-};
-
-// `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
-// parameters like `params`, read where used: taken by value or by pointer, they held
-// registers through the key loop, which spilled at d256 and d128 over 176 keys.
-template <class Config>
-__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps,
-                                                         const SplitArgs& split) {
-    using T = Traits<Config>;
-    constexpr bool kBf16 = T::kIsBf16;
+// ---- the consumers ----------------------------------------------------------------------
+// A consumer's loop over the block's work tiles: per tile, its Q slot, the mainloop over
+// the key blocks and the epilogue. `first_work` is a grid of one block per tile's tile.
+template <class T, class Parts, class Scheduler>
+__device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps maps, const SplitArgs& split,
+                                        const SharedStorage<T>& smem, const SplitItems& split_items,
+                                        const QoRows<T>& qo, const Scheduler& sched, const WorkTile& first_work,
+                                        const int& kGroup, const int& warpgroup, const int& tid) {
     constexpr int kNTiles = T::kNTiles;
     constexpr int kOTiles = T::kOTiles;
     constexpr int kStages = T::kStages;
-    constexpr int kConsumers = T::kWarpgroups;
-    constexpr int kCluster = T::kClusterM;  // blocks per cluster, sharing their K/V loads
-    using MmaO = Wgmma<T::kHeadDimVPad, kBf16>;
-    using LayoutQ = WgmmaLayout<64, T::kHeadDim>;   // one consumer's rows
-    using LayoutO = WgmmaLayout<64, T::kHeadDimV>;
-    constexpr int kQSlotBytes = T::kSmemQSlot * 2;  // one consumer's Q (and, unless kSeparateO, its O)
-    constexpr bool kSharedO = T::kSharedO;          // one O slot, the two consumers' in turn
-    constexpr int kOSlotBytes = T::kSmemOSlot * 2;
-
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    const u32 q_smem_addr = smem_u32(smem_raw);
+    constexpr int kCluster = T::kClusterM;
     constexpr int kQBuffers = T::kQBuffers;
-    const u32 o_smem_addr = q_smem_addr + (T::kSeparateO ? kConsumers * kQBuffers * kQSlotBytes : 0);
-    const u32 k_smem_addr = q_smem_addr + (T::kSmemQRegion + T::kSmemORegion) * 2;
-    const u32 v_smem_addr = k_smem_addr + kStages * T::kSmemK * 2;
-    // Work tile r's Q goes to buffer r % kQBuffers of each consumer's slots.
-    auto q_slot = [&](int consumer, int buffer) { return q_smem_addr + (consumer * kQBuffers + buffer) * kQSlotBytes; };
-    // Barriers, 8 bytes each: full K, full V, empty K, empty V (kStages of each), then
-    // full Q and empty Q (one per consumer and Q buffer), then a shared O slot's free.
-    const u32 bars = q_smem_addr + T::kSmemTilesBytes;
-    auto full_k = [&](int slot) { return bars + 8 * slot; };
-    auto full_v = [&](int slot) { return bars + 8 * (kStages + slot); };
-    auto empty_k = [&](int slot) { return bars + 8 * (2 * kStages + slot); };
-    auto empty_v = [&](int slot) { return bars + 8 * (3 * kStages + slot); };
-    auto full_q = [&](int consumer, int buffer) { return bars + 8 * (4 * kStages + consumer * kQBuffers + buffer); };
-    auto empty_q = [&](int consumer, int buffer) {
-        return bars + 8 * (4 * kStages + (kConsumers + consumer) * kQBuffers + buffer);
-    };
-    const u32 o_free = bars + 8 * (4 * kStages + 2 * kConsumers * kQBuffers);
-    const u32 turn_word = o_free + (kSharedO ? 8 : 0);  // MufuTurn's zero
-    // The block's share of a split tail (schedule.cuh), written once at the start.
-    const SplitItems split_items{turn_word + (T::kMufuTurns ? 8 : 0)};
-
-    // ---- the work tiles: one block's rows of one head of one sequence --------------------
-    // A grid of one block per tile takes its tile from schedule.cuh's launch order. A
-    // persistent grid walks the tiles in rounds of one per block, snaking (block b takes
-    // the b-th tile of even rounds, the b-th from the end of odd ones), in the same order
-    // but with causal sections of about two rounds' tiles, so the snake deals every block
-    // one heavy and one light tile per two rounds.
-    const int group = params.heads_q / params.heads_kv;
-    const int kGroup = T::kPackGqa ? group : 1;
-    const int heads_grid = T::kPackGqa ? params.heads_kv : params.heads_q;
-    // The persistent grid's walk (a grid of one block per tile has one round).
-    const int m_blocks = T::kPersistent ? ceil_div(params.seqlen_q * kGroup, T::kBlockM) : 1;
-    const int pairs = heads_grid * params.batch;
-    const int tiles = T::kPersistent ? m_blocks * pairs : 1;
-    // (An unmasked persistent grid whose host asked for a split tail ends with its
-    // share of the tail: set below, once the share is in shared memory.)
-    int rounds = T::kPersistent ? ceil_div(tiles, gridDim.x) : 1;
-    const int section_pairs = T::kPersistent && T::kMask == MaskKind::Causal ? ceil_div(2 * gridDim.x, imax(m_blocks, 1)) : 1;
-    struct Work {
-        SeqView seq;
-        int batch, head, kv_head, rows, row_begin;
-        int query_first, query_last, n_end, n_tiles;
-        bool first_by_copy;  // the first K/V tile runs past the keys: cp.async, zero-filled
-    };
-    // Where round `round` puts this block; m_block < 0 past the last tile.
-    using Coords = typename CoordsOf<T::kSplitTail>::type;
-    auto coords = [](const TileCoords& tile) {
-        Coords c;
-        static_cast<TileCoords&>(c) = tile;
-        if constexpr (T::kSplitTail) c.key_begin = 0, c.key_end = -1;
-        return c;
-    };
-    auto coords_at = [&](int round) {
-        if constexpr (!T::kPersistent) {
-            return coords(grid_tile<T>(params));
-        } else {
-            if constexpr (T::kSplitTail) {
-                // The tail's rounds: this block's share, not the round's snake.
-                if (split.tail > 0 && round >= split_items.whole_rounds()) {
-                    if (round >= rounds) return coords(TileCoords{0, 0, -1});
-                    TailItem item;
-                    const int tile = split_items.item(round - split_items.whole_rounds(), item);
-                    const int pair = tile / m_blocks;
-                    Coords c = coords(TileCoords{pair / heads_grid, pair % heads_grid, tile % m_blocks});
-                    c.key_begin = item.key_begin;
-                    c.key_end = item.key_end;
-                    return c;
-                }
-            }
-            const int t = round * gridDim.x + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-            if (t >= tiles) return coords(TileCoords{0, 0, -1});  // the last round's blocks past the last tile
-            if constexpr (T::kMask == MaskKind::Causal) {
-                return coords(causal_tile(t, m_blocks, pairs, section_pairs, heads_grid));
-            } else {
-                const int pair = t / m_blocks;
-                return coords(TileCoords{pair / heads_grid, pair % heads_grid, t % m_blocks});
-            }
-        }
-    };
-    auto work_from = [&](const Coords& at) {
-        Work w;
-        if (T::kPersistent && at.m_block < 0) {
-            w.rows = w.row_begin = 0;
-            return w;
-        }
-        const int head_idx = at.head_idx;
-        w.batch = at.batch;
-        w.seq = seq_view<T::kPaged>(params, w.batch);
-        w.rows = w.seq.seqlen_q * kGroup;
-        w.row_begin = at.m_block * T::kBlockM;
-        w.kv_head = T::kPackGqa ? head_idx : head_idx / group;
-        w.head = T::kPackGqa ? w.kv_head * group : head_idx;
-        w.query_first = w.row_begin / kGroup;
-        w.query_last = (imin(w.row_begin + T::kBlockM, w.rows) - 1) / kGroup;
-        const Mask<T::kMask> mask{w.seq.seqlen_q, w.seq.seqlen_k, params.window_left, params.window_right};
-        w.n_end = mask.n_block_end(w.query_first, w.query_last + 1, T::kBlockN);
-        w.n_tiles = imax(0, w.n_end - mask.n_block_begin(w.query_first, T::kBlockN));
-        if constexpr (T::kSplitTail) {
-            if (at.key_end >= 0) {  // a piece of a split tile: its key blocks alone
-                w.n_end = at.key_end;
-                w.n_tiles = at.key_end - at.key_begin;
-            }
-        }
-        if constexpr (kCluster > 1) {
-            // Unmasked: every block of the cluster walks all of its sequence's key tiles,
-            // also one past the sequence's rows (it loads its share for the others).
-            w.n_end = ceil_div(w.seq.seqlen_k, T::kBlockN);
-            w.n_tiles = w.n_end;
-        }
-        w.first_by_copy = !T::kTma || (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
-        return w;
-    };
-    auto work_at = [&](int round) { return work_from(coords_at(round)); };
-    // A tile past its sequence's rows has nothing to do (no K/V, no epilogue).
-    auto has_rows = [](const Work& w) { return w.row_begin < w.rows; };
-    Work first_work{};
-    // A block of a cluster whose first block has rows stays, rows or not: it loads its
-    // share of the cluster's K/V tiles, and its consumers free its slots for the others.
-    const int cluster_rank_m = kCluster > 1 ? int(cluster_rank()) : 0;
-    if constexpr (!T::kPersistent) {
-        first_work = work_at(0);
-        const bool cluster_has_rows = first_work.row_begin - cluster_rank_m * T::kBlockM < first_work.rows;
-        if (!has_rows(first_work) && !(kCluster > 1 && cluster_has_rows)) return;
-    }
-    // Q (and O) by TMA: whole 64-row chunks of a strided Q inside the sequence (rows of
-    // the next sequence are never touched, so a packed batch needs no row count);
-    // cp.async (and the consumers' stores) otherwise.
-    auto q_by_tma = [&](int valid_rows) { return T::kTma && !T::kPackGqa && valid_rows >= 64; };
-    // The row coordinate of a sequence's first row in the Q and O maps: a packed batch is
-    // one batch of all rows.
-    const bool packed_q = params.cu_seqlens_q != nullptr;
-    auto q_map_row = [&](const Work& w) { return packed_q ? params.cu_seqlens_q[w.batch] : 0; };
-    auto q_map_batch = [&](const Work& w) { return packed_q ? 0 : w.batch; };
-
-    if (threadIdx.x == 0) {
-        for (int slot = 0; slot < kStages; ++slot) {
-            mbarrier_init(full_k(slot), 1);  // the producer's one arrival (+ its copies)
-            mbarrier_init(full_v(slot), 1);
-            mbarrier_init(empty_k(slot), 4 * kConsumers * kCluster);  // every consumer warp (of the cluster)
-            mbarrier_init(empty_v(slot), 4 * kConsumers * kCluster);
-        }
-        for (int c = 0; c < kConsumers; ++c) {
-            for (int b = 0; b < kQBuffers; ++b) {
-                mbarrier_init(full_q(c, b), 1);
-                mbarrier_init(empty_q(c, b), 4);  // the consumer's warps
-            }
-        }
-        if constexpr (kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
-        if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(turn_word) : "memory");
-        if constexpr (T::kSplitTail) {
-            if (split.tail > 0) {
-                const int key_blocks = ceil_div(params.seqlen_k, T::kBlockN);
-                split_items.write(SplitTail{tiles - split.tail, key_blocks,
-                                            i64(split.tail) * key_blocks, int(gridDim.x)},
-                                  blockIdx.x);
-            }
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    // A cluster's blocks arrive on and load into each other's barriers from here on.
-    if constexpr (kCluster > 1) {
-        cluster_sync();
-    } else {
-        __syncthreads();
-    }
-    if constexpr (T::kSplitTail) {
-        if (split.tail > 0) rounds = split_items.whole_rounds() + split_items.count();
-    }
-
-    const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
-    const int tid = threadIdx.x % 128;  // within the warpgroup
-
-    // ---- producer: Q, then K and V tiles into the ring -----------------------------------
-    // Whole tiles of a strided K/V go by TMA, one thread issuing; the first tile when it
-    // runs past the keys (its tail zero-filled) and every paged tile go by cp.async, the
-    // whole warpgroup copying and the barrier held open until the copies land. `it`
-    // counts key tiles over the block's work tiles (ring slot and phase), `q_round` the
-    // work tiles (Q's phase).
-    if (warpgroup == 0) {
-        if constexpr (T::kProducerRegs > 0) registers_release<T::kProducerRegs>();
-        if constexpr (T::kTma) {
-            if (tid == 0) {
-                tma_prefetch(maps.q);
-                tma_prefetch(maps.k);
-                tma_prefetch(maps.v);
-                tma_prefetch(maps.o);
-            }
-        }
-        int it = 0;
-        int q_round = 0;
-        for (int round = 0; round < rounds; ++round) {
-            const Work w = T::kPersistent ? work_at(round) : first_work;
-            if (!has_rows(w) && kCluster == 1) continue;
-            // The other threads wait here for thread 0 to finish the last work tile's
-            // issues: a barrier is never waited on two phases ahead.
-            if constexpr (T::kTma && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
-            // After the whole warpgroup's cp.async into a slot: the slot's one arrival.
-            auto copies_issued = [&](u32 bar) {
-                cp_async_mbarrier_track(bar);
-                named_barrier_sync(kProducerBarrier, 128);  // every copy is tracked ...
-                if (tid == 0) mbarrier_arrive(bar);         // ... before the one arrival
-            };
-            // TMA coordinates of the sequence: a packed batch is one batch of all rows.
-            const bool packed_k = params.cu_seqlens_k != nullptr;
-
-            // ---- Q: each consumer's 64 rows, once its last tile's reads are done ----------
-            {
-                const u16* const q_gmem =
-                    static_cast<const u16*>(params.q) + w.seq.q_offset + w.head * params.q_head_stride;
-                const int qb = q_round % kQBuffers;
-                for (int c = 0; c < kConsumers; ++c) {
-                    const int row_begin = w.row_begin + 64 * c;
-                    const int valid = w.rows - row_begin;
-                    mbarrier_wait(empty_q(c, qb), ((q_round / kQBuffers) & 1) ^ 1);
-                    if (q_by_tma(valid)) {
-                        if (tid == 0) {
-                            mbarrier_arrive_expect_tx(full_q(c, qb), T::kHeadDimPad * 64 * 2);
-                            tma_load_tile<T::kHeadDim, 64>(q_slot(c, qb), maps.q, full_q(c, qb),
-                                                           q_map_row(w) + row_begin, w.head, q_map_batch(w));
-                        }
-                    } else {
-                        producer_copy<64, LayoutQ, 128>(q_slot(c, qb), [&](int r) {
-                            const int row = row_begin + r;
-                            return T::kPackGqa ? q_gmem + i64(row / kGroup) * params.q_row_stride +
-                                                     (row % kGroup) * params.q_head_stride
-                                               : q_gmem + i64(row) * params.q_row_stride;
-                        }, q_gmem, valid, tid);
-                        copies_issued(full_q(c, qb));
-                    }
-                }
-                ++q_round;
-            }
-
-            // ---- K and V ------------------------------------------------------------------
-            const u16* const k_gmem =
-                static_cast<const u16*>(params.k) + w.seq.k_offset + w.kv_head * params.k_head_stride;
-            const u16* const v_gmem =
-                static_cast<const u16*>(params.v) + w.seq.v_offset + w.kv_head * params.v_head_stride;
-            const PageTable pages{params.page_table + i64(w.batch) * params.page_table_batch_stride,
-                                  params.page_size};
-            auto copy_tile = [&](int tile) {
-                const int slot = (it + tile) % kStages;
-                const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
-                const int key_begin = (w.n_end - 1 - tile) * T::kBlockN;
-                // The first tile is the last key block: rows past the keys load as zeros.
-                const int valid = tile == 0 ? w.seq.seqlen_k - key_begin : T::kBlockN;
-                mbarrier_wait(empty_k(slot), free_parity);
-                producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutK, 128>(
-                    k_smem_addr + slot * T::kSmemK * 2, k_gmem, params.k_row_stride, params.k_batch_stride, pages,
-                    key_begin, valid, tid);
-                copies_issued(full_k(slot));
-                mbarrier_wait(empty_v(slot), free_parity);
-                producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutV, 128>(
-                    v_smem_addr + slot * T::kSmemV * 2, v_gmem, params.v_row_stride, params.v_batch_stride, pages,
-                    key_begin, valid, tid);
-                copies_issued(full_v(slot));
-            };
-            if constexpr (T::kTma) {
-                const int first = w.first_by_copy ? 1 : 0;
-                if (w.first_by_copy) copy_tile(0);
-                if (tid == 0) {
-                    const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
-                    const int batch_coord = packed_k ? 0 : w.batch;
-                    for (int tile = first; tile < w.n_tiles; ++tile) {
-                        const int slot = (it + tile) % kStages;
-                        const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
-                        const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
-                        // In a cluster the slot is free once every block's consumers
-                        // are done with it, and each block's share lands in all of them.
-                        mbarrier_wait(empty_k(slot), free_parity);
-                        mbarrier_arrive_expect_tx(full_k(slot), T::kSmemK * 2);
-                        tma_load_ring_tile<T::kHeadDim, T::kBlockN, kCluster>(k_smem_addr + slot * T::kSmemK * 2,
-                                                                              maps.k, full_k(slot), row, w.kv_head,
-                                                                              batch_coord, cluster_rank_m);
-                        mbarrier_wait(empty_v(slot), free_parity);
-                        mbarrier_arrive_expect_tx(full_v(slot), T::kSmemV * 2);
-                        tma_load_ring_tile<T::kHeadDimV, T::kBlockN, kCluster>(v_smem_addr + slot * T::kSmemV * 2,
-                                                                               maps.v, full_v(slot), row, w.kv_head,
-                                                                               batch_coord, cluster_rank_m);
-                    }
-                }
-            } else {
-                for (int tile = 0; tile < w.n_tiles; ++tile) copy_tile(tile);
-            }
-            it += w.n_tiles;
-        }
-        cp_async_wait<0>();
-        return;
-    }
-
-    // ---- consumers ----------------------------------------------------------------------
+    constexpr bool kSharedO = T::kSharedO;
+    constexpr int kQSlotBytes = T::kSmemQSlot * 2;
+    constexpr int kOSlotBytes = T::kSmemOSlot * 2;
+    using Coords = typename Scheduler::Coords;
+    using Turns = typename Parts::Turns;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
     if constexpr (T::kConsumerRegs > 0) registers_claim<T::kConsumerRegs>();
     const int consumer = warpgroup - 1;
     const int warp = tid / 32;
     const int lane = tid % 32;
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
+    // Its O staging slot: a slot of its own, the shared one, or its Q slot (its QK GEMMs, the
+    // only readers, are done by then).
     u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
-                         (o_smem_addr - q_smem_addr) / 2 +
+                         (smem.o - smem.q) / 2 +
                          (kSharedO ? 0 : consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2);
     const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
-    // Turns at the tensor cores, round robin from consumer 0 (the last one lets it start).
-    // With kMufuTurns the turns are at the MUFU instead: each consumer takes its turn
-    // between a block's row maxima and its exponentials and passes it after them, and
-    // issues its GEMMs whenever its operands are in (cuDNN's d64 kernel places its turns
-    // so).
-    constexpr bool kGemmTurns = T::kPingpong && !T::kMufuTurns;
-    auto take_turn = [&] {
-        if constexpr (kGemmTurns) named_barrier_sync(kTurnBarrier + consumer, 256);
-    };
-    auto pass_turn = [&] {
-        if constexpr (kGemmTurns) named_barrier_arrive(kTurnBarrier + (consumer + 1) % kConsumers, 256);
-    };
-    // What a block's exponentials run inside: the turn at the MUFU, or nothing.
-    const auto block_turn = [&] {
-        if constexpr (T::kMufuTurns) {
-            return MufuTurn{kTurnBarrier + consumer, kTurnBarrier + (consumer + 1) % kConsumers, turn_word, 0};
-        } else {
-            return NoTurn{};
-        }
-    }();
-    if constexpr (T::kPingpong) {
-        if (consumer == kConsumers - 1) named_barrier_arrive(kTurnBarrier, 256);
-    }
-    // A warp is done with a slot once its wgmma reads of it have completed.
-    auto release = [&](u32 bar) {
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(bar);
-    };
-    // A K or V slot: in a cluster, every block's producer multicasts into it, so its
-    // warps free it in every block (lane r arrives in block r).
-    auto release_kv = [&](u32 bar) {
-        if constexpr (kCluster > 1) {
-            __syncwarp();
-            if (lane < kCluster) mbarrier_arrive_cluster(bar, lane);
-        } else {
-            release(bar);
-        }
-    };
+    const Turns turns{consumer, smem.turn_word};
+    const auto block_turn = turns.block();
+    turns.start();
+    const SlotRelease<kCluster> release{lane};  // a warp's arrival on a slot's empty barrier
+    const typename Parts::Epilogue epilogue{params, split, split_items, smem, qo, o_stage, consumer, tid, warp, kGroup};
 
     int it = 0;       // key tiles consumed over the block's work tiles (ring slot and phase)
     int q_round = 0;  // work tiles (Q's phase)
-    // A persistent grid places its next work tile (the schedule's integer divisions) under
-    // this tile's last PV GEMM, off the path from one tile to the next, where O has a slot
-    // of its own and K/V are not paged. Otherwise (d256, d128 over 176 keys, pages) the
-    // registers are short: ptxas then serialised every wgmma (C7514, 0.63x), so there it
-    // waits for the PV GEMM.
-    constexpr bool kNextUnderPv = T::kPersistent && T::kSeparateO && !kSharedO && !T::kPaged;
-    // A shared O slot goes round the consumers in turn (0, 1, 0, ..): a consumer's n-th
-    // epilogue waits for the other's last store to have read the slot, which arrives
-    // once it has.
-    Coords next_at = T::kPersistent ? coords_at(0) : Coords{};
-    for (int round = 0; round < rounds; ++round) {
-        const Work w = T::kPersistent ? work_from(next_at) : first_work;
-        if (!has_rows(w)) {
+    // A persistent grid's next tile: worked out under the last PV GEMM (mainloop.cuh).
+    Coords next_at = T::kPersistent ? sched.coords(0) : Coords{};
+    for (int round = 0; round < sched.rounds; ++round) {
+        const WorkTile w = T::kPersistent ? sched.work(next_at) : first_work;
+        if (!w.has_rows()) {
             if constexpr (kCluster > 1) {
                 // Past the sequence's rows in a cluster that has some: the tiles land here
                 // too (the others' producers multicast them); free each once it is in.
                 for (int tile = 0; tile < w.n_tiles; ++tile) {
                     const int slot = (it + tile) % kStages;
                     const u32 parity = ((it + tile) / kStages) & 1;
-                    mbarrier_wait(full_k(slot), parity);
-                    release_kv(empty_k(slot));
-                    mbarrier_wait(full_v(slot), parity);
-                    release_kv(empty_v(slot));
+                    mbarrier_wait(smem.full_k(slot), parity);
+                    release.kv(smem.empty_k(slot));
+                    mbarrier_wait(smem.full_v(slot), parity);
+                    release.kv(smem.empty_v(slot));
                 }
                 it += w.n_tiles;
             }
-            if constexpr (T::kPersistent) next_at = coords_at(round + 1);
+            if constexpr (T::kPersistent) next_at = sched.coords(round + 1);
             continue;
         }
         const SeqView& seq = w.seq;
@@ -491,9 +145,9 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
 
         // ---- load: this consumer's Q rows, by the producer --------------------------------
         const int qb = q_round % kQBuffers;
-        const u32 q_tile = q_slot(consumer, qb);
-        mbarrier_wait(full_q(consumer, qb), (q_round / kQBuffers) & 1);
-        if (!q_by_tma(rows - wg_row_begin)) fence_proxy_async();  // cp.async's writes before wgmma's reads
+        const u32 q_tile = smem.q_slot(consumer, qb);
+        mbarrier_wait(smem.full_q(consumer, qb), (q_round / kQBuffers) & 1);
+        if (!qo.by_tma(rows - wg_row_begin)) fence_proxy_async();  // cp.async's writes before wgmma's reads
 
         float o_acc[kOTiles * 4];
 #pragma unroll
@@ -508,290 +162,41 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
         // (C7511), where registers are tightest.
         float s_half[kNTiles * 2];
 
-        // With a mask, the first block (the last keys) often reaches past this consumer's
-        // last visible key: causal's diagonal block for the first of two consumers, half of
-        // 128 keys or all of 64 or 80. Where at most half of it is visible, its QK GEMM runs
-        // over that half (an N / 2 wgmma into s_half, copied into S once in), its softmax
-        // too (p is 0 beyond), and its PV GEMM over the k-steps that half's keys span.
-        // (Skipping a hidden block outright threw the consumers' pingpong out of step: 0.94x
-        // at d256.) The choice is the consumer's, uniform over its warpgroup, and fixed at
-        // compile time down each of its two paths: a wgmma's accumulators must not differ
-        // between paths that join while it runs (ptxas serialises every wgmma then). The
-        // config space renders kHalfFirst where the second path pays (space/hopper.rs).
-        constexpr bool kHalfFirst = T::kHalfFirst;
-        static_assert(kNTiles % 2 == 0, "the half block is whole 8-column fragments");
-        using Whole = LiveTiles<kNTiles>;
-        using Half = LiveTiles<kNTiles / 2>;
+        // The first block's width (mainloop.cuh's FirstBlock*): at most half of it visible
+        // to this consumer, or none of it (there is no narrow block without a mask).
         const bool half_first =
-            kHalfFirst && n_tiles > 0 && wg_col_end - (n_end - 1) * T::kBlockN <= T::kBlockN / 2;
-        // Without the half path (kHiddenFirst, head dims past 128): a first block this
-        // consumer sees none of goes down a path of no live fragments, with no GEMM and no
-        // exponential; its slots are waited for and freed, and its turn at the MUFU is
-        // taken and passed so that the pair's softmaxes stay in turn (skipped with turns at
-        // the GEMMs instead, one consumer ran into its second softmax during the other's
-        // first: 0.94x, bench/NOTES.md).
-        constexpr bool kHiddenFirst = T::kHiddenFirst;
-        using Hidden = LiveTiles<0>;
-        const bool hidden_first = kHiddenFirst && n_tiles > 0 && wg_col_end <= (n_end - 1) * T::kBlockN;
+            T::kHalfFirst && n_tiles > 0 && wg_col_end - (n_end - 1) * T::kBlockN <= T::kBlockN / 2;
+        const bool hidden_first = T::kHiddenFirst && n_tiles > 0 && wg_col_end <= (n_end - 1) * T::kBlockN;
 
-        // ---- QK GEMM: S = Q K^T over the live fragments (wgmma SS), issued only -------------
-        auto issue_qk = [&](int tile, auto live) {
-            constexpr int kLive = decltype(live)::value;
-            const int slot = (it + tile) % kStages;
-            mbarrier_wait(full_k(slot), ((it + tile) / kStages) & 1);
-            if constexpr (kLive > 0) {
-                using Mma = Wgmma<kLive * 8, kBf16>;
-                // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
-                if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-                const u32 k_tile = k_smem_addr + slot * T::kSmemK * 2;
-                wgmma_fence();
-#pragma unroll
-                for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                    const u64 q_desc = k_major_desc<LayoutQ>(q_tile, ks);
-                    const u64 k_desc = k_major_desc<typename T::LayoutK>(k_tile, ks);
-                    if constexpr (kLive == kNTiles) {
-                        Mma::ss(s_flat, q_desc, k_desc, ks > 0);
-                    } else {
-                        Mma::ss(s_half, q_desc, k_desc, ks > 0);
-                    }
-                }
-                wgmma_commit();
-            }
-        };
-        // ---- PV GEMM: O += P V over the live fragments' keys, issued only ------------------
-        // (wgmma RS: P from registers, V MN-major; a k16 step covers two fragments)
-        auto issue_pv = [&](int tile, auto live) {
-            constexpr int kSteps = live_pv_steps<decltype(live)::value>();
-            const int slot = (it + tile) % kStages;
-            mbarrier_wait(full_v(slot), ((it + tile) / kStages) & 1);
-            if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-            const u32 v_tile = v_smem_addr + slot * T::kSmemV * 2;
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < kSteps; ++ks) {
-                MmaO::rs(o_acc, p[ks], mn_major_desc<typename T::LayoutV>(v_tile, ks), 1);
-            }
-            wgmma_commit();
-        };
-        // ---- soft-capping, mask, online softmax on S (which the QK GEMM has written) --------
-        // Returns whether O must be rescaled by o_scale (lazy: the same answer for the
-        // whole warp, so the rescale is skipped without divergence; else always).
-        // (`fixed`: CapOffset<true> under the cap's fixed offset, where O needs no rescale.)
-        auto scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
-            const int col_begin = (n_end - 1 - tile) * T::kBlockN;
-            const bool needs_mask =
-                block_needs_mask<T::kBlockN>(mask, tile == 0, w.query_first, w.query_last, col_begin);
-            if constexpr (decltype(fixed)::value) {
-                block_scores_cap_offset<decltype(live)::value>(s, softmax, params, mask, needs_mask, rows_at,
-                                                               col_begin, score_scale_log2, block_turn);
-                return false;
-            } else {
-                const bool rescales = block_scores<decltype(live)::value, T::kSoftcap>(
-                    s, softmax, params, mask, needs_mask, rows_at, col_begin, score_scale_log2, o_scale, block_turn);
-                return T::kLazyRescale ? __any_sync(0xffffffffu, rescales) : true;
-            }
-        };
-        auto pack = [&](auto live) { pack_p<kBf16, decltype(live)::value>(s, p); };
-        auto rescale_o = [&](const float (&o_scale)[2]) {
-#pragma unroll
-            for (int ot = 0; ot < kOTiles; ++ot)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) o_acc[ot * 4 + e] *= o_scale[e / 2];
-        };
-        auto pv_done = [&](int tile) {
-            fence_regs(o_acc);
-#pragma unroll
-            for (int ks = 0; ks < T::kPvSteps; ++ks) fence_regs(p[ks]);
-            release_kv(empty_v((it + tile) % kStages));
-        };
-        // QK(tile) in its turn, waited for; then its scores and P. Returns whether O must be
-        // rescaled (the overlapped schedule ignores the first block's answer: O is still zero).
-        auto qk_scores = [&](int tile, auto live, float (&o_scale)[2], auto fixed) -> bool {
-            take_turn();
-            issue_qk(tile, live);
-            pass_turn();
-            wgmma_wait<0>();
-            constexpr int kLiveQ = decltype(live)::value;
-            if constexpr (kLiveQ == 0) {
-                // no scores: the hidden block's softmax only takes its turn
-            } else if constexpr (kLiveQ < kNTiles) {
-                fence_regs(s_half);
-#pragma unroll
-                for (int i = 0; i < kNTiles * 2; ++i) s_flat[i] = s_half[i];
-            } else {
-                fence_regs(s_flat);
-            }
-            release_kv(empty_k((it + tile) % kStages));
-            return scores(tile, live, o_scale, fixed);
-        };
-
-        // Block `tile` down the path of its width: the half (or, kHiddenFirst, the empty)
-        // path only for the first block of a consumer that sees at most half (none) of it
-        // (there is none without a mask).
-        auto with_width_of = [&](int tile, auto&& body) {
-            if constexpr (kHalfFirst) {
-                if (tile == 0 && half_first) {
-                    body(Half{});
-                    return;
-                }
-            }
-            if constexpr (kHiddenFirst) {
-                if (tile == 0 && hidden_first) {
-                    body(Hidden{});
-                    return;
-                }
-            }
-            body(Whole{});
-        };
-
+        // ---- mainloop (mainloop.cuh) ------------------------------------------------------
+        using Mainloop = typename Parts::template Mainloop<decltype(block_turn)>;
+        const typename Mainloop::First first{T::kHiddenFirst ? hidden_first : half_first};
+        const Mainloop mainloop{
+            params, smem, turns, block_turn, release, score_scale_log2, consumer, it, w, n_end, n_tiles, mask, rows_at,
+            q_tile, qb, first, o_acc, softmax, s, s_flat, p, s_half, next_at, sched, round};
         // The key blocks, down the offset's path: kCapOffset fixes it by the cap where the
         // cap allows (fragments.cuh), chosen once, so each path is its own copy of the loop.
         bool offset_in_log2 = false;
-        auto run_blocks = [&](auto fixed) {
-            if constexpr (T::kOverlap) {
-                // Block 0 alone; then QK(j) and PV(j - 1) in one turn, softmax(j) under PV(j - 1);
-                // the last PV GEMM in a turn of its own.
-                if (n_tiles > 0) {
-                    with_width_of(0, [&](auto live) {
-                        float o_scale[2];
-                        qk_scores(0, live, o_scale, fixed);  // O is still zero: nothing to rescale
-                        pack(live);
-                    });
-                }
-                for (int tile = 1; tile < n_tiles; ++tile) {
-                    with_width_of(tile - 1, [&](auto live_prev) {
-                        take_turn();
-                        issue_qk(tile, Whole{});
-                        issue_pv(tile - 1, live_prev);
-                        pass_turn();
-                        wgmma_wait<1>();  // S(tile) is in; PV(tile - 1) may still run
-                        fence_regs(s_flat);
-                        release_kv(empty_k((it + tile) % kStages));
-                        float o_scale[2];
-                        const bool rescale = scores(tile, Whole{}, o_scale, fixed);
-                        wgmma_wait<0>();
-                        pv_done(tile - 1);
-                        if (rescale) rescale_o(o_scale);
-                        pack(Whole{});
-                    });
-                }
-                // Every QK GEMM is done: the producer may load the next tile's Q.
-                if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
-                if (n_tiles > 0) {
-                    with_width_of(n_tiles - 1, [&](auto live) {
-                        take_turn();
-                        issue_pv(n_tiles - 1, live);
-                        pass_turn();
-                        if constexpr (kNextUnderPv) next_at = coords_at(round + 1);
-                        wgmma_wait<0>();
-                        pv_done(n_tiles - 1);
-                    });
-                } else if constexpr (kNextUnderPv) {
-                    next_at = coords_at(round + 1);
-                }
-                if constexpr (T::kPersistent && !kNextUnderPv) next_at = coords_at(round + 1);
-            } else {
-                // QK, softmax, PV, each waited for, block by block.
-                for (int tile = 0; tile < n_tiles; ++tile) {
-                    with_width_of(tile, [&](auto live) {
-                        float o_scale[2];
-                        if (qk_scores(tile, live, o_scale, fixed)) rescale_o(o_scale);
-                        pack(live);
-                        take_turn();
-                        issue_pv(tile, live);
-                        pass_turn();
-                        wgmma_wait<0>();
-                        pv_done(tile);
-                    });
-                }
-                if constexpr (T::kSeparateO) release(empty_q(consumer, qb));
-                if constexpr (T::kPersistent) next_at = coords_at(round + 1);
-            }
-        };
         if constexpr (T::kCapOffset) {
             offset_in_log2 = softmax.cap_offset_fits(score_scale_log2);
             if (offset_in_log2) {
                 softmax.init_cap_offset(score_scale_log2);
-                run_blocks(CapOffset<true>{});
+                mainloop.run(CapOffset<true>{});
             } else {
-                run_blocks(CapOffset<false>{});
+                mainloop.run(CapOffset<false>{});
             }
         } else {
-            run_blocks(CapOffset<false>{});
+            mainloop.run(CapOffset<false>{});
         }
 
-        // ---- epilogue: O / rowsum -> shared -> global; LSE per row --------------------------
-        // O is staged in this consumer's own slot: its Q slot (its QK GEMMs, the only
-        // readers, are done) or, with kSeparateO, one of its own, which the last tile's O
-        // may still be leaving: its TMA store must have read it, every thread its rows.
-        // Chunks whose Q came by TMA leave by one thread's TMA store, the others by the
-        // consumer's 16-byte stores.
-        float o_norm[2];
+        // ---- epilogue (epilogue.cuh) ------------------------------------------------------
+        // Its per-row numbers live in this frame: declared in the epilogue, ptxas's code
+        // moved.
+        float o_norm[2];     // the factor that normalises O
         float lse[2];
-        float sink_log2[2];
-        sink_logits<T::kSinks>(params, head, rows_at, sink_log2);
-        softmax.template finalize<T::kSinks>(offset_in_log2 ? 1.f : score_scale_log2, sink_log2, o_norm, lse);
-        if constexpr (kSharedO) {
-            // The slot's u-th use (u = 2 x epilogues so far + consumer) waits for phase
-            // u - 1, the other consumer's last free: parity 1 for consumer 0 (the first
-            // use passes at once), 0 for consumer 1, every time.
-            mbarrier_wait(o_free, (consumer & 1) ^ 1);
-        } else if constexpr (T::kSeparateO) {
-            if (T::kTma && tid == 0) tma_store_wait_read();
-            named_barrier_sync(1 + consumer, 128);
-        }
-        // A piece of a split tile leaves its O and LSE in the workspace; the second piece
-        // to finish merges the first's and writes the tile's O and LSE (split.cuh). Its
-        // slot comes from shared memory: carried through the key loop in registers, it
-        // spilled at d256 and cost other tiles uniform-register moves there.
-        bool writes_o = true;
-        if constexpr (T::kSplitTail) {
-            if (split.tail > 0 && round >= split_items.whole_rounds()) {
-                TailItem item;
-                split_items.item(round - split_items.whole_rounds(), item);
-                if (item.slot > 0) {
-                    const SplitWorkspace<kOTiles, kConsumers> ws{static_cast<char*>(split.workspace)};
-                    writes_o = split_meet<kOTiles>(o_acc, o_norm, lse, ws.entry(item.slot, item.piece, consumer),
-                                                   ws.entry(item.slot, 1 - item.piece, consumer),
-                                                   ws.counter(item.slot, consumer), smem_u32(o_stage), tid,
-                                                   1 + consumer);
-                }
-            }
-        }
-        if (writes_o) {
-            stage_o<kBf16, LayoutO>(o_stage, o_acc, o_norm, warp * T::kRowsPerWarp, rows_at);
-            store_lse(params, seq.lse_offset, head, rows_at, rows, lse);
-            const bool o_by_tma = q_by_tma(rows - wg_row_begin);
-            if (o_by_tma) fence_proxy_async();  // the staged O (generic proxy) before the TMA store reads it
-            named_barrier_sync(1 + consumer, 128);
-            if (o_by_tma) {
-                if (tid == 0) {
-                    tma_store_tile<T::kHeadDimV, 64>(smem_u32(o_stage), maps.o, q_map_row(w) + wg_row_begin, head,
-                                                     q_map_batch(w));
-                }
-            } else {
-                u16* const o_gmem = static_cast<u16*>(params.o) + seq.o_offset + head * params.o_head_stride;
-                store_rows<64, LayoutO, 128>(
-                    [&](int r) {
-                        const int row = wg_row_begin + r;
-                        return T::kPackGqa
-                                   ? o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride
-                                   : o_gmem + i64(row) * params.o_row_stride;
-                    },
-                    o_stage, rows - wg_row_begin, tid);
-            }
-        }
-        if constexpr (kSharedO) {
-            // Free once every thread has read its rows (store_rows) and the TMA store its
-            // chunk. (Both waits, whichever path ran: branching on o_by_tma here took
-            // ptxas's uniform registers off the main loop's descriptors, 471 -> 514
-            // instructions per iteration.)
-            named_barrier_sync(1 + consumer, 128);
-            if (tid == 0) {
-                tma_store_wait_read();
-                mbarrier_arrive(o_free);
-            }
-        }
+        float sink_log2[2];  // the sink logit of the row's head
+        epilogue.store(o_acc, softmax, offset_in_log2, score_scale_log2, w, rows_at, wg_row_begin, round, maps,
+                       o_norm, lse, sink_log2);
 
         it += n_tiles;
         ++q_round;
@@ -800,13 +205,68 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
             // once the TMA store has read it.
             fence_proxy_async();
             if (T::kTma && tid == 0) tma_store_wait_read();
-            release(empty_q(consumer, qb));
+            release(smem.empty_q(consumer, qb));
         }
     }
-    // Shared memory outlives the reads of the last TMA store.
-    if (T::kTma && tid == 0) tma_store_wait_read();
-    // ... and, in a cluster, the other blocks' last arrivals on its barriers.
-    if constexpr (kCluster > 1) cluster_sync();
+    epilogue.finish();
+}
+
+// ---- the kernel ---------------------------------------------------------------------------
+// `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
+// parameters like `params`, read where used: taken by value or by pointer, they held
+// registers through the key loop, which spilled at d256 and d128 over 176 keys.
+template <class Config, class Parts = WsParts<Traits<Config>>>
+__device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps,
+                                                         const SplitArgs& split) {
+    using T = Traits<Config>;
+    constexpr int kCluster = T::kClusterM;  // blocks per cluster, sharing their K/V loads
+
+    // ---- shared memory (shared_storage.cuh) -----------------------------------------------
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const SharedStorage<T> smem(smem_u32(smem_raw));
+    const SplitItems split_items = smem.split_share();
+
+    // ---- the work tiles (tile_scheduler.cuh) ----------------------------------------------
+    using Scheduler = typename Parts::Scheduler;
+    Scheduler sched(params, split, split_items);
+    const int kGroup = sched.row_group;
+    // A block of a cluster whose first block has rows stays, rows or not: it loads its
+    // share of the cluster's K/V tiles, and its consumers free its slots for the others.
+    WorkTile first_work{};  // one block per tile: its tile, worked out once
+    const int cluster_rank_m = kCluster > 1 ? int(cluster_rank()) : 0;
+    if constexpr (!T::kPersistent) {
+        first_work = sched.work_at(0);
+        const bool cluster_has_rows = first_work.row_begin - cluster_rank_m * T::kBlockM < first_work.rows;
+        if (!first_work.has_rows() && !(kCluster > 1 && cluster_has_rows)) return;
+    }
+    const QoRows<T> qo(params);  // Q's and O's rows: by TMA or by copies
+
+    // ---- barriers ---------------------------------------------------------------------------
+    if (threadIdx.x == 0) {
+        smem.init();
+        sched.write_share();
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    // A cluster's blocks arrive on and load into each other's barriers from here on.
+    if constexpr (kCluster > 1) {
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
+    sched.read_share();
+
+    const int warpgroup = warp_uniform(threadIdx.x / 128);  // the slots' addresses follow from it
+    const int tid = threadIdx.x % 128;  // within the warpgroup
+
+    // ---- producer (producer.cuh) ----------------------------------------------------------
+    if (warpgroup == 0) {
+        const typename Parts::Producer producer{params, smem, qo, tid, kGroup};
+        producer.run(sched, first_work, maps, cluster_rank_m);
+        return;
+    }
+
+    // ---- consumers -----------------------------------------------------------------------
+    consume<T, Parts>(params, maps, split, smem, split_items, qo, sched, first_work, kGroup, warpgroup, tid);
 }
 
 }  // namespace hopper

@@ -65,6 +65,29 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
+// ---- a consumer warp's release of a slot -------------------------------------------------
+// A warp is done with a slot once its wgmma reads of it have completed: it arrives on the
+// slot's "empty" barrier once (lane 0). A K or V slot in a cluster: every block's
+// producer multicasts into it, so its warps free it in every block (lane r arrives in
+// block r). (Holds a reference to the lane, as the lambdas it replaces captured it.)
+template <int kCluster>
+struct SlotRelease {
+    const int& lane;
+
+    __device__ void operator()(u32 bar) const {
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(bar);
+    }
+    __device__ void kv(u32 bar) const {
+        if constexpr (kCluster > 1) {
+            __syncwarp();
+            if (lane < kCluster) mbarrier_arrive_cluster(bar, lane);
+        } else {
+            (*this)(bar);
+        }
+    }
+};
+
 // ---- named barriers (id 0 is __syncthreads) ----------------------------------------------
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -10,6 +10,16 @@
 namespace fa4 {
 namespace hopper {
 
+// A if kFirst, else B: how a config picks its parts' policy types.
+template <bool kFirst, class A, class B>
+struct Select {
+    using type = A;
+};
+template <class A, class B>
+struct Select<false, A, B> {
+    using type = B;
+};
+
 template <class Config>
 struct Traits {
     using Element = typename Config::Element;

@@ -1,0 +1,175 @@
+// The producer warpgroup of the warp-specialised Hopper kernel (kernel_ws.cuh): it gives
+// most of its registers back (setmaxnreg) and, per work tile, loads each consumer's Q
+// into its slot and the K and V tiles into the ring of kStages slots.
+//
+// Whole tiles of a strided K/V go by TMA, one thread issuing (with kClusterM > 1 each
+// block of the cluster loads a share of every tile's 64-column boxes and multicasts it
+// into all of them); the first tile when it runs past the keys (its tail zero-filled) and
+// every paged tile go by cp.async, the whole warpgroup copying and the slot's barrier held
+// open until the copies land. Q goes by TMA where QoRows says so, else by cp.async.
+//
+// Each slot has a "full" mbarrier (its bytes landed: the producer's one arrival plus the
+// transfer or the tracked copies) and an "empty" one (every consumer warp, of every block
+// of the cluster, is done reading it). `it` counts key tiles over the block's work tiles
+// (ring slot and phase), `q_round` the work tiles (Q's phase).
+#pragma once
+
+#include "fa4/common/params.cuh"
+#include "fa4/common/seqlen.cuh"
+#include "fa4/hopper/load.cuh"
+#include "fa4/hopper/pipeline.cuh"
+#include "fa4/hopper/shared_storage.cuh"
+#include "fa4/hopper/tile_scheduler.cuh"
+#include "fa4/hopper/tma.cuh"
+#include "fa4/hopper/traits.cuh"
+
+namespace fa4 {
+namespace hopper {
+
+// The producer's warps meet at this named barrier (kernel_ws.cuh lists the others).
+constexpr int kProducerBarrier = 7;
+
+// The tensor maps of the TMA kernels (TmaFwdParams: Q, K, V and O), else null.
+struct TmaMaps {
+    const TensorMap* q;
+    const TensorMap* k;
+    const TensorMap* v;
+    const TensorMap* o;
+};
+
+template <class T>
+struct Producer {
+    static constexpr int kStages = T::kStages;
+    static constexpr int kConsumers = T::kWarpgroups;
+    static constexpr int kCluster = T::kClusterM;
+    static constexpr int kQBuffers = T::kQBuffers;
+    using LayoutQ = WgmmaLayout<64, T::kHeadDim>;  // one consumer's rows
+
+    // What the loads' helpers read: references to the kernel's own variables, as lambdas
+    // capture them. (Copies held here, or lambdas that capture the producer itself instead
+    // of a local reference, moved ptxas's code; the maps and the cluster rank, which no
+    // helper reads, go by value into the loads.)
+    const FwdParams& params;
+    const SharedStorage<T>& smem;
+    const QoRows<T>& qo;
+    const int& tid;        // within the warpgroup
+    const int& row_group;  // block rows per query row (pack-GQA)
+
+    // Every work tile of the block: `first_work` is a grid of one block per tile's;
+    // `cluster_rank_m` this block's place in its cluster (0 without one).
+    template <class Scheduler>
+    __device__ __forceinline__ void run(const Scheduler& sched, const WorkTile& first_work, const TmaMaps maps,
+                                        int cluster_rank_m) const {
+        if constexpr (T::kProducerRegs > 0) registers_release<T::kProducerRegs>();
+        if constexpr (T::kTma) {
+            if (tid == 0) {
+                tma_prefetch(maps.q);
+                tma_prefetch(maps.k);
+                tma_prefetch(maps.v);
+                tma_prefetch(maps.o);
+            }
+        }
+        int it = 0;
+        int q_round = 0;
+        for (int round = 0; round < sched.rounds; ++round) {
+            const WorkTile w = T::kPersistent ? sched.work_at(round) : first_work;
+            if (!w.has_rows() && kCluster == 1) continue;
+            // The other threads wait here for thread 0 to finish the last work tile's
+            // issues: a barrier is never waited on two phases ahead.
+            if constexpr (T::kTma && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
+            // TMA coordinates of the sequence: a packed batch is one batch of all rows.
+            const bool packed_k = params.cu_seqlens_k != nullptr;
+            load_q(w, q_round, maps);
+            ++q_round;
+            load_kv(w, it, packed_k, maps, cluster_rank_m);
+            it += w.n_tiles;
+        }
+        cp_async_wait<0>();
+    }
+
+    // After the whole warpgroup's cp.async into a slot: the slot's one arrival.
+    __device__ void copies_issued(u32 bar) const {
+        cp_async_mbarrier_track(bar);
+        named_barrier_sync(kProducerBarrier, 128);  // every copy is tracked ...
+        if (tid == 0) mbarrier_arrive(bar);         // ... before the one arrival
+    }
+
+    // ---- Q: each consumer's 64 rows, once its last tile's reads are done ----------------
+    __device__ __forceinline__ void load_q(const WorkTile& w, int q_round, const TmaMaps maps) const {
+        const FwdParams& params = this->params;
+        const int& row_group = this->row_group;
+        const u16* const q_gmem = static_cast<const u16*>(params.q) + w.seq.q_offset + w.head * params.q_head_stride;
+        const int qb = q_round % kQBuffers;
+        for (int c = 0; c < kConsumers; ++c) {
+            const int row_begin = w.row_begin + 64 * c;
+            const int valid = w.rows - row_begin;
+            mbarrier_wait(smem.empty_q(c, qb), ((q_round / kQBuffers) & 1) ^ 1);
+            if (qo.by_tma(valid)) {
+                if (tid == 0) {
+                    mbarrier_arrive_expect_tx(smem.full_q(c, qb), T::kHeadDimPad * 64 * 2);
+                    tma_load_tile<T::kHeadDim, 64>(smem.q_slot(c, qb), maps.q, smem.full_q(c, qb),
+                                                   qo.map_row(w) + row_begin, w.head, qo.map_batch(w));
+                }
+            } else {
+                producer_copy<64, LayoutQ, 128>(smem.q_slot(c, qb), [&](int r) {
+                    const int row = row_begin + r;
+                    return T::kPackGqa ? q_gmem + i64(row / row_group) * params.q_row_stride +
+                                             (row % row_group) * params.q_head_stride
+                                       : q_gmem + i64(row) * params.q_row_stride;
+                }, q_gmem, valid, tid);
+                copies_issued(smem.full_q(c, qb));
+            }
+        }
+    }
+
+    // ---- K and V: the tile's key blocks, last first ---------------------------------------
+    __device__ __forceinline__ void load_kv(const WorkTile& w, const int& it, bool packed_k, const TmaMaps maps,
+                                           int cluster_rank_m) const {
+        const u16* const k_gmem = static_cast<const u16*>(params.k) + w.seq.k_offset + w.kv_head * params.k_head_stride;
+        const u16* const v_gmem = static_cast<const u16*>(params.v) + w.seq.v_offset + w.kv_head * params.v_head_stride;
+        const PageTable pages{params.page_table + i64(w.batch) * params.page_table_batch_stride, params.page_size};
+        auto copy_tile = [&](int tile) {
+            const int slot = (it + tile) % kStages;
+            const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
+            const int key_begin = (w.n_end - 1 - tile) * T::kBlockN;
+            // The first tile is the last key block: rows past the keys load as zeros.
+            const int valid = tile == 0 ? w.seq.seqlen_k - key_begin : T::kBlockN;
+            mbarrier_wait(smem.empty_k(slot), free_parity);
+            producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutK, 128>(
+                smem.k_tile(slot), k_gmem, params.k_row_stride, params.k_batch_stride, pages, key_begin, valid, tid);
+            copies_issued(smem.full_k(slot));
+            mbarrier_wait(smem.empty_v(slot), free_parity);
+            producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutV, 128>(
+                smem.v_tile(slot), v_gmem, params.v_row_stride, params.v_batch_stride, pages, key_begin, valid, tid);
+            copies_issued(smem.full_v(slot));
+        };
+        if constexpr (T::kTma) {
+            const int first = w.first_by_copy ? 1 : 0;
+            if (w.first_by_copy) copy_tile(0);
+            if (tid == 0) {
+                const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
+                const int batch_coord = packed_k ? 0 : w.batch;
+                for (int tile = first; tile < w.n_tiles; ++tile) {
+                    const int slot = (it + tile) % kStages;
+                    const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
+                    const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
+                    // In a cluster the slot is free once every block's consumers are done
+                    // with it, and each block's share lands in all of them.
+                    mbarrier_wait(smem.empty_k(slot), free_parity);
+                    mbarrier_arrive_expect_tx(smem.full_k(slot), T::kSmemK * 2);
+                    tma_load_ring_tile<T::kHeadDim, T::kBlockN, kCluster>(smem.k_tile(slot), maps.k, smem.full_k(slot),
+                                                                          row, w.kv_head, batch_coord, cluster_rank_m);
+                    mbarrier_wait(smem.empty_v(slot), free_parity);
+                    mbarrier_arrive_expect_tx(smem.full_v(slot), T::kSmemV * 2);
+                    tma_load_ring_tile<T::kHeadDimV, T::kBlockN, kCluster>(smem.v_tile(slot), maps.v, smem.full_v(slot),
+                                                                           row, w.kv_head, batch_coord, cluster_rank_m);
+                }
+            }
+        } else {
+            for (int tile = 0; tile < w.n_tiles; ++tile) copy_tile(tile);
+        }
+    }
+};
+
+}  // namespace hopper
+}  // namespace fa4
