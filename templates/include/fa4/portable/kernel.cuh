@@ -30,6 +30,7 @@
 #include "fa4/common/tile_copy.cuh"
 #include "fa4/portable/layout.cuh"
 #include "fa4/portable/row_walk.cuh"
+#include "fa4/portable/schedule.cuh"
 #include "fa4/portable/softmax.cuh"
 #include "fa4/portable/traits.cuh"
 
@@ -48,65 +49,32 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     constexpr int kStages = T::kStages;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    u16* const q_smem = reinterpret_cast<u16*>(smem_raw);
-    u16* const o_smem = q_smem;  // Q is dead once the last QK GEMM is done
-    u16* const k_smem = q_smem + T::kSmemQO;
-    u16* const v_smem = k_smem + kStages * T::kSmemK;
-    // Padded rows: in the padding of the first K row, which no copy writes; swizzled
-    // rows have none, and the scalars follow the tiles.
-    BlockScalars* const block_scalars = reinterpret_cast<BlockScalars*>(
-        T::kSwizzle ? smem_raw + T::kSmemTilesBytes : reinterpret_cast<unsigned char*>(k_smem + T::kHeadDim));
-    static_assert(sizeof(BlockScalars) == 16 && (T::kSwizzle || T::kPad == 8), "the scalars take 16 bytes");
+    const SmemTiles<T> smem(smem_raw);
+    u16* const q_smem = smem.q;
+    u16* const o_smem = smem.o;
+    u16* const k_smem = smem.k;
+    u16* const v_smem = smem.v;
+    BlockScalars* const block_scalars = smem.scalars;
 
-    // Causal blocks further down the sequence see more keys: launch those first (the
-    // longest-processing-time order), so the short blocks fill the tail of the grid.
-    // With the m-blocks fastest (x), a wave holds a few (head, sequence) pairs' heavy and
-    // light ends unevenly and leaves SMs idle at its end; so causal grids are (heads,
-    // m-blocks, batch), the m-blocks reversed in y: every head of a sequence takes its
-    // heaviest m-block first, then its next. Plain grid registers, which the compiler
-    // reads again where it needs them rather than hold them (a decode with selects or
-    // divisions made the 255-register tiles spill). Pack-GQA's blocks hold every head
-    // of a KV head: it keeps the m-blocks in x, as do unmasked and local grids, whose
-    // tiles cost about the same.
-    constexpr bool kMBlocksInY = T::kMask == MaskKind::Causal && !T::kPackGqa;
-    const int m_block = kMBlocksInY                     ? gridDim.y - 1 - blockIdx.y
-                        : T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x
-                                                       : blockIdx.x;
-    const int batch = blockIdx.z;
-    const SeqView seq = seq_view<T::kPaged>(params, batch);
-    // The block's rows: kBlockM query rows of one head or, with pack-GQA, kBlockM
-    // (query, head) pairs of the heads that share one KV head: row r is query r / kGroup
-    // of head head + r % kGroup. Rows of one query are adjacent, so they share the mask.
-    const int group = params.heads_q / params.heads_kv;
-    const int kGroup = T::kPackGqa ? group : 1;
-    const int rows = seq.seqlen_q * kGroup;
-    const int row_begin = m_block * T::kBlockM;  // first row of this block
-    if (row_begin >= rows) return;  // a varlen sequence shorter than the longest one
-    const unsigned grid_head = kMBlocksInY ? blockIdx.x : blockIdx.y;  // the KV head with pack-GQA
-    const int kv_head = T::kPackGqa ? grid_head : grid_head / group;
-    const int head = T::kPackGqa ? kv_head * group : grid_head;  // first query head
-    const int tid = threadIdx.x;
-    const int warp = tid / 32;
-    const int lane = tid % 32;
-    const int quad_row = lane / 4;  // g: fragment row within an 8-row half
-    const int quad_col = lane % 4;  // t: fragment column pair
-    const int warp_row = warp * T::kRowsPerWarp;  // first row of this warp within the block
+    BlockTile<T> blk;
+    if (!blk.locate_rows(params)) return;
+    blk.locate_thread();
+    const int batch = blk.batch;
+    const SeqView seq = blk.seq;
+    const int kGroup = T::kPackGqa ? blk.group : 1;
+    const int rows = blk.rows;
+    const int row_begin = blk.row_begin;
+    const int kv_head = blk.kv_head;
+    const int head = blk.head;
+    const int tid = blk.tid;
+    const int lane = blk.lane;
+    const int quad_row = blk.quad_row;
+    const int quad_col = blk.quad_col;
+    const int warp_row = blk.warp_row;
 
-    // The queries the block's rows belong to: the mask is asked about these.
-    // Key blocks n_end-1 down to n_begin are visited, in that order.
-    int n_end, n_tiles;
-    {
-        const int query_first = row_begin / kGroup;
-        const int query_last = (imin(row_begin + T::kBlockM, rows) - 1) / kGroup;
-        const Mask<T::kMask> mask{seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right};
-        n_end = mask.n_block_end(query_first, query_last + 1, T::kBlockN);
-        n_tiles = imax(0, n_end - mask.n_block_begin(query_first, T::kBlockN));
-        // The scalars the main loop needs now and then live in shared memory: read back
-        // after each barrier, they hold no registers across the loop (the accumulators
-        // need them all).
-        if (tid == 0) *block_scalars = BlockScalars{seq.seqlen_q, seq.seqlen_k, query_first, query_last};
-        __syncthreads();
-    }
+    const KeyBlocks keys = key_blocks<T>(params, blk, block_scalars);
+    const int n_end = keys.n_end;
+    const int n_tiles = keys.n_tiles;
     // Soft-capped scores reach the softmax as cap * tanh(S * scale / cap), or, where the
     // MUFU is relieved (kCapFolded), as the tanh alone, the cap's multiply folded into
     // the exponent's FMA. (Folded everywhere, d128's best soft-capped tile spills.)
