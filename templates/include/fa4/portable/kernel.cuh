@@ -29,6 +29,7 @@
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/tile_copy.cuh"
 #include "fa4/portable/layout.cuh"
+#include "fa4/portable/pipeline.cuh"
 #include "fa4/portable/row_walk.cuh"
 #include "fa4/portable/schedule.cuh"
 #include "fa4/portable/softmax.cuh"
@@ -86,73 +87,10 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u16* const k_gmem = static_cast<const u16*>(params.k) + seq.k_offset + kv_head * params.k_head_stride;
     const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
     const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
-
-    // Rows split unevenly over the threads take the common copy. The largest accumulator
-    // tiles (Traits::kCompactLoads) cannot hold its hoisted step offsets: theirs are
-    // recomputed per tile.
-    constexpr StepAddress kStepForm = T::kCompactLoads ? StepAddress::kOpaque32 : StepAddress::kHoisted32;
-    using KCopy = RowWalkCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, kStepForm>;
-    using VCopy = RowWalkCopy<T::kBlockN, typename T::LayoutV, T::kThreads, kStepForm>;
-    using QCopy = RowWalkCopy<T::kBlockM, typename T::LayoutQK, T::kThreads>;
-    const KCopy k_copy(tid);
-    const VCopy v_copy(tid);
-    const u32 k_smem_addr = smem_u32(k_smem);
-    const u32 v_smem_addr = smem_u32(v_smem);
-    // Only the first key block visited (the highest keys) can run past the end of the
-    // keys: every later one is whole, so the main loop's loads (`whole` set) need no row
-    // count.
-    // Paged K/V with one key per page: load_k looks the tile's rows up and load_v
-    // reuses them (V(t) is always loaded after K(t) and before K(t+1)). Other page
-    // sizes that split a tile look each row up as they copy it.
-    // 4-warp tiles with 4 rows or fewer per thread look up again for V: holding the
-    // rows spills them (d64 128x64), and their lookups are few.
-    constexpr bool kSharedRows =
-        KCopy::kChunksPerRow == VCopy::kChunksPerRow && (T::kWarps >= 8 || KCopy::kSteps > 4);
-    typename KCopy::PagedRows paged_rows;
-    auto load_k = [&](int tile, bool whole) {
-        const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        const int valid = whole ? T::kBlockN : block_scalars->seqlen_k - key_begin;
-        const u32 slot = k_smem_addr + (tile % kStages) * T::kSmemK * 2;
-        if constexpr (T::kPaged) {
-            if (page_table.page_size == 1) {
-                paged_rows = k_copy.locate(page_table, key_begin, valid);
-                k_copy.load_paged(slot, k_gmem, paged_rows, params.k_batch_stride, valid);
-                return;
-            }
-            if (page_table.page_size % T::kBlockN != 0) {
-                k_copy.load_rows(slot, k_gmem, [&](int r) {
-                    return k_gmem + page_table.row_offset(key_begin + r, params.k_batch_stride, params.k_row_stride);
-                }, valid);
-                return;
-            }
-        }
-        load_kv_tile<T::kPaged, T::kBlockN>(k_copy, slot, k_gmem, params.k_row_stride, params.k_batch_stride,
-                                            page_table, key_begin, valid);
-    };
-    auto load_v = [&](int tile, bool whole) {
-        const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        const int valid = whole ? T::kBlockN : block_scalars->seqlen_k - key_begin;
-        const u32 slot = v_smem_addr + (tile % kStages) * T::kSmemV * 2;
-        if constexpr (T::kPaged) {
-            if (page_table.page_size % T::kBlockN != 0 && page_table.page_size != 1) {
-                v_copy.load_rows(slot, v_gmem, [&](int r) {
-                    return v_gmem + page_table.row_offset(key_begin + r, params.v_batch_stride, params.v_row_stride);
-                }, valid);
-                return;
-            }
-            if (page_table.page_size == 1) {
-                if constexpr (kSharedRows) {
-                    v_copy.load_paged(slot, v_gmem, paged_rows, params.v_batch_stride, valid);
-                } else {
-                    v_copy.load_paged(slot, v_gmem, v_copy.locate(page_table, key_begin, valid), params.v_batch_stride,
-                                      valid);
-                }
-                return;
-            }
-        }
-        load_kv_tile<T::kPaged, T::kBlockN>(v_copy, slot, v_gmem, params.v_row_stride, params.v_batch_stride,
-                                            page_table, key_begin, valid);
-    };
+    typename KvLoader<T>::KCopy::PagedRows paged_rows;
+    KvLoader<T> kv(params, k_gmem, v_gmem, page_table, blk, smem, n_end, paged_rows);
+    const u32 k_smem_addr = kv.k_smem_addr;
+    const u32 v_smem_addr = kv.v_smem_addr;
 
     // Lane offsets (in elements) of the row each lane hands to ldmatrix.
     //   Q (A operand, x4 = rows 0-7|8-15 x cols 0-7|8-15):  row lane%16, col (lane/16)*8
@@ -167,32 +105,11 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // ---- load: Q, then the first K/V tiles --------------------------------------------
     // Every stage commits its cp.async groups even when it has nothing to load, so the
     // wait counts below are the same constants on every iteration.
-    {
-        const QCopy q_copy(tid);
-        if constexpr (T::kPackGqa) {
-            q_copy.load_rows(smem_u32(q_smem), q_gmem, [&](int r) {
-                const int row = row_begin + r;
-                return q_gmem + i64(row / kGroup) * params.q_row_stride + (row % kGroup) * params.q_head_stride;
-            }, rows - row_begin);
-        } else {
-            q_copy.load(smem_u32(q_smem), q_gmem + i64(row_begin) * params.q_row_stride, params.q_row_stride,
-                        rows - row_begin);
-        }
-    }
+    load_q<T>(params, blk, q_gmem, q_smem);
     cp_async_commit();
-    // kStages == 1 is FlashAttention-2's schedule: one K and one V buffer, K(t+1) loads
-    // under softmax and PV of tile t, V(t+1) under QK of tile t+1. kStages >= 2 is a ring
-    // that keeps kStages-1 whole tiles in flight ahead of the one being computed.
-    constexpr int kPrologueTiles = kStages == 1 ? 1 : kStages - 1;
-#pragma unroll
-    for (int tile = 0; tile < kPrologueTiles; ++tile) {
-        if (tile < n_tiles) load_k(tile, tile > 0);
-        cp_async_commit();
-        if (tile < n_tiles) load_v(tile, tile > 0);
-        cp_async_commit();
-    }
-    constexpr int kWaitK = kStages == 1 ? 1 : 2 * kStages - 3;
-    constexpr int kWaitV = kStages == 1 ? 1 : 2 * kStages - 2;
+    kv.load_first_tiles(n_tiles);
+    constexpr int kWaitK = KvSchedule<kStages>::kWaitK;
+    constexpr int kWaitV = KvSchedule<kStages>::kWaitV;
 
     float o_acc[kMTiles][kOTiles][4];
 #pragma unroll
@@ -228,11 +145,11 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             const u32 q_base = fresh(q_lane);
             const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
             const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
-            cp_async_wait<2 * kStages - 4>();  // K(tile) and V(tile) have landed for this thread ...
+            cp_async_wait<KvSchedule<kStages>::kWaitKV>();  // K(tile) and V(tile) have landed for this thread ...
             __syncthreads();                   // ... and for every thread; tile-1 is fully consumed
             if (tile + kStages - 1 < n_tiles) {
-                load_k(tile + kStages - 1, true);
-                load_v(tile + kStages - 1, true);
+                kv.load_k(tile + kStages - 1, true);
+                kv.load_v(tile + kStages - 1, true);
             }
             cp_async_commit();
             cp_async_commit();
@@ -367,8 +284,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             if constexpr (kStages >= 2) {
                 // The slot of tile-1 is free: refill it with the tile kStages-1 ahead.
                 if (tile + kStages - 1 < n_tiles) {
-                    load_k(tile + kStages - 1, true);
-                    load_v(tile + kStages - 1, true);
+                    kv.load_k(tile + kStages - 1, true);
+                    kv.load_v(tile + kStages - 1, true);
                 }
                 cp_async_commit();
                 cp_async_commit();
@@ -431,7 +348,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             }  // warp_visits
             if constexpr (kStages == 1) {
                 __syncthreads();  // every warp is done with the K buffer
-                if (tile + 1 < n_tiles) load_k(tile + 1, true);
+                if (tile + 1 < n_tiles) kv.load_k(tile + 1, true);
                 cp_async_commit();
             }
 
@@ -524,7 +441,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
             }  // warp_visits
             if constexpr (kStages == 1) {
                 __syncthreads();  // every warp is done with the V buffer
-                if (tile + 1 < n_tiles) load_v(tile + 1, true);
+                if (tile + 1 < n_tiles) kv.load_v(tile + 1, true);
                 cp_async_commit();
             }
         }
