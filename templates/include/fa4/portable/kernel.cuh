@@ -28,6 +28,7 @@
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/tile_copy.cuh"
+#include "fa4/portable/epilogue.cuh"
 #include "fa4/portable/layout.cuh"
 #include "fa4/portable/pipeline.cuh"
 #include "fa4/portable/row_walk.cuh"
@@ -455,52 +456,14 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const int seq_rows = seq_out.seqlen_q * kGroup;
     float o_norm[2 * kMTiles];
     float lse[2 * kMTiles];
-    // Sink logits per row: one head per block, or with pack-GQA the head of each row.
     float sink_log2[2 * kMTiles];
-#pragma unroll
-    for (int r = 0; r < 2 * kMTiles; ++r) {
-        const int row = row_begin + warp_row + (r / 2) * 16 + (r % 2) * 8 + quad_row;
-        sink_log2[r] = T::kSinks ? params.sinks[head + row % kGroup] * kLog2e : neg_inf();
-    }
+    sink_logits<T>(params, blk, sink_log2);
     // Under kCapOffset's fixed offset the max holds it in log2 units already.
     softmax.finalize(cap_offset ? 1.f : score_scale_log2, sink_log2, o_norm, lse);
-    // The thread's first fragment position; the others are a constant away (chunk_at).
-    const u32 o_frag = u32(LayoutV::offset(warp_row + quad_row, quad_col * 2)) * 2;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float norm = o_norm[mt * 2 + h];
-#pragma unroll
-            for (int ot = 0; ot < kOTiles; ++ot) {
-                *reinterpret_cast<u32*>(reinterpret_cast<unsigned char*>(o_smem) +
-                                        LayoutV::chunk_at(o_frag, mt * 16 + h * 8, ot)) =
-                    pack2<kBf16>(o_acc[mt][ot][2 * h] * norm, o_acc[mt][ot][2 * h + 1] * norm);
-            }
-        }
-    if (quad_col == 0) {
-        float* const lse_gmem = params.lse + seq_out.lse_offset + head * params.lse_head_stride;
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row_begin + warp_row + mt * 16 + h * 8 + quad_row;
-                if (row < seq_rows) lse_gmem[(row % kGroup) * params.lse_head_stride + row / kGroup] = lse[mt * 2 + h];
-            }
-    }
+    stage_o<T>(blk, o_acc, o_norm, o_smem);
+    store_lse<T>(params, blk, seq_out, seq_rows, lse);
     __syncthreads();
-    u16* const o_gmem = static_cast<u16*>(params.o) + seq_out.o_offset + head * params.o_head_stride;
-    if constexpr (T::kPackGqa) {
-        store_rows<T::kBlockM, typename T::LayoutV, T::kThreads>(
-            [&](int r) {
-                const int row = row_begin + r;
-                return o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride;
-            },
-            o_smem, seq_rows - row_begin, tid);
-    } else {
-        RowWalkCopy<T::kBlockM, typename T::LayoutV, T::kThreads>(tid).store(
-            o_gmem + i64(row_begin) * params.o_row_stride, params.o_row_stride, o_smem, seq_rows - row_begin);
-    }
+    store_o<T>(params, blk, seq_out, seq_rows, o_smem);
 }
 
 }  // namespace portable
