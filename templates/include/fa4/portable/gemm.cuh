@@ -6,7 +6,9 @@
 #pragma once
 
 #include "fa4/common/ptx.cuh"
+#include "fa4/common/tile_copy.cuh"
 #include "fa4/portable/layout.cuh"
+#include "fa4/portable/schedule.cuh"
 #include "fa4/portable/traits.cuh"
 
 namespace fa4 {
@@ -20,10 +22,30 @@ using OAccum = float[T::kMTiles][T::kOTiles][4];
 template <class T>
 using QFrags = u32[T::kQInRegs ? T::kMTiles : 1][T::kQInRegs ? T::kQkSteps : 1][4];
 
-// Where each lane points ldmatrix: byte offsets of its row (LayoutQK / LayoutV lane_base).
+// Where each lane points ldmatrix, as byte offsets of its row (lane_base):
 //   Q (A operand, x4 = rows 0-7|8-15 x cols 0-7|8-15):  row lane%16, col (lane/16)*8
 //   K (B operand, x4 = two n-tiles x two k-halves):     row (lane/16)*8 + lane%8, col (lane/8)%2*8
 //   V (B operand via .trans, x4 = two k-halves x two n-tiles): row (lane/8)%2*8 + lane%8, col (lane/16)*8
+// Q's is absolute (Q has one slot); K's and V's are added to a ring slot's address.
+template <class T>
+struct LdmatrixLanes {
+    u32 q;
+    u32 k;
+    u32 v;
+
+    __device__ __forceinline__ LdmatrixLanes(const u16* q_smem, const BlockTile<T>& tile)
+        : q(smem_u32(q_smem) + T::LayoutQK::lane_base(tile.warp_row + tile.lane % 16, tile.lane / 16)),
+          k(T::LayoutQK::lane_base((tile.lane / 16) * 8 + tile.lane % 8, (tile.lane / 8) % 2)),
+          v(T::LayoutV::lane_base(((tile.lane / 8) % 2) * 8 + tile.lane % 8, tile.lane / 16)) {}
+};
+
+// A lane offset for one key block's ldmatrix addresses. Swizzled, it is made opaque
+// once per block, so that its XOR-ed variants are computed where used rather than hoisted
+// out of the loop into registers (the d128 128x64 tile spilled when they were).
+template <class T>
+__device__ __forceinline__ u32 fresh(u32 lane_offset) {
+    return T::kSwizzle ? opaque(lane_offset) : lane_offset;
+}
 
 // Q's fragments into registers, once (kQInRegs).
 template <class T>
@@ -37,7 +59,8 @@ __device__ __forceinline__ void load_q_frags(QFrags<T>& q_frag, u32 q_lane) {
 // S = Q K^T over the warp's m-tiles. q_base and k_base: the lane's ldmatrix addresses
 // in Q and in this block's K slot.
 template <class T>
-__device__ __forceinline__ void qk_gemm(Scores<T>& s, const QFrags<T>& q_frag, u32 q_base, u32 k_base) {
+__device__ __forceinline__ void qk_gemm(Scores<T>& s, const QFrags<T>& q_frag, u32 q_base, u32 k_base,
+                                        u32 (&a)[T::kMTiles][4]) {
     constexpr int kMTiles = T::kMTiles;
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -47,7 +70,6 @@ __device__ __forceinline__ void qk_gemm(Scores<T>& s, const QFrags<T>& q_frag, u
             for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < T::kQkSteps; ++ks) {
-        u32 a[kMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
             if constexpr (T::kQInRegs) {
@@ -73,12 +95,11 @@ __device__ __forceinline__ void qk_gemm(Scores<T>& s, const QFrags<T>& q_frag, u
 // O += P V over the warp's m-tiles; v_base: the lane's ldmatrix address in this block's
 // V slot.
 template <class T>
-__device__ __forceinline__ void pv_gemm(OAccum<T>& o_acc, const Scores<T>& s, u32 v_base) {
+__device__ __forceinline__ void pv_gemm(OAccum<T>& o_acc, const Scores<T>& s, u32 v_base, u32 (&a)[T::kMTiles][4]) {
     constexpr int kMTiles = T::kMTiles;
     constexpr bool kBf16 = T::kIsBf16;
 #pragma unroll
     for (int ks = 0; ks < T::kPvSteps; ++ks) {
-        u32 a[kMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
             a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);

@@ -29,6 +29,8 @@
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/tile_copy.cuh"
 #include "fa4/portable/epilogue.cuh"
+#include "fa4/portable/gemm.cuh"
+#include "fa4/portable/scores.cuh"
 #include "fa4/portable/layout.cuh"
 #include "fa4/portable/pipeline.cuh"
 #include "fa4/portable/row_walk.cuh"
@@ -93,15 +95,10 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const u32 k_smem_addr = kv.k_smem_addr;
     const u32 v_smem_addr = kv.v_smem_addr;
 
-    // Lane offsets (in elements) of the row each lane hands to ldmatrix.
-    //   Q (A operand, x4 = rows 0-7|8-15 x cols 0-7|8-15):  row lane%16, col (lane/16)*8
-    //   K (B operand, x4 = two n-tiles x two k-halves):     row (lane/16)*8 + lane%8, col (lane/8)%2*8
-    //   V (B operand via .trans, x4 = two k-halves x two n-tiles): row (lane/8)%2*8 + lane%8, col (lane/16)*8
     using LayoutQK = typename T::LayoutQK;
     using LayoutV = typename T::LayoutV;
-    const u32 q_lane = smem_u32(q_smem) + LayoutQK::lane_base(warp_row + lane % 16, lane / 16);
-    const u32 k_lane = LayoutQK::lane_base((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
-    const u32 v_lane = LayoutV::lane_base(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
+    const LdmatrixLanes<T> lanes(q_smem, blk);
+    const u32 q_lane = lanes.q;
 
     // ---- load: Q, then the first K/V tiles --------------------------------------------
     // Every stage commits its cp.async groups even when it has nothing to load, so the
@@ -109,8 +106,6 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     load_q<T>(params, blk, q_gmem, q_smem);
     cp_async_commit();
     kv.load_first_tiles(n_tiles);
-    constexpr int kWaitK = KvSchedule<kStages>::kWaitK;
-    constexpr int kWaitV = KvSchedule<kStages>::kWaitV;
 
     float o_acc[kMTiles][kOTiles][4];
 #pragma unroll
@@ -140,28 +135,14 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         // block that needs masking takes its own copy of the body, so no branch splits it.
         // The K and V fragments are read once per m-tile.
         using Scores = float[kMTiles][kNTiles][4];
-        const auto fresh = [](u32 x) { return T::kSwizzle ? opaque(x) : x; };
         for (int tile = 0; tile < n_tiles; ++tile) {
             const int n_block = n_end - 1 - tile;
-            const u32 q_base = fresh(q_lane);
-            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
-            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
-            cp_async_wait<KvSchedule<kStages>::kWaitKV>();  // K(tile) and V(tile) have landed for this thread ...
-            __syncthreads();                   // ... and for every thread; tile-1 is fully consumed
-            if (tile + kStages - 1 < n_tiles) {
-                kv.load_k(tile + kStages - 1, true);
-                kv.load_v(tile + kStages - 1, true);
-            }
-            cp_async_commit();
-            cp_async_commit();
+            const u32 q_base = fresh<T>(lanes.q);
+            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh<T>(lanes.k);
+            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh<T>(lanes.v);
+            kv.wait_kv(tile, n_tiles);
             if constexpr (T::kQInRegs) {
-                if (tile == 0) {
-#pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                        for (int ks = 0; ks < T::kQkSteps; ++ks)
-                            ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
-                }
+                if (tile == 0) load_q_frags<T>(q_frag, q_lane);
             }
             const int col_begin = n_block * T::kBlockN;
             const BlockScalars scalars = *block_scalars;
@@ -273,178 +254,49 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     } else {
         for (int tile = 0; tile < n_tiles; ++tile) {
             const int n_block = n_end - 1 - tile;
-            // This iteration's ldmatrix bases. Swizzled, they are made opaque so that their
-            // XOR-ed variants are computed here, not hoisted out of the loop (layout.cuh).
-            const auto fresh = [](u32 x) { return T::kSwizzle ? opaque(x) : x; };
-            const u32 q_base = fresh(q_lane);
-            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
-            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
+            const u32 q_base = fresh<T>(lanes.q);
+            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh<T>(lanes.k);
+            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh<T>(lanes.v);
 
-            cp_async_wait<kWaitK>();  // K(tile) (and Q) have landed for this thread ...
-            __syncthreads();          // ... and for every thread; tile-1 is fully consumed
-            if constexpr (kStages >= 2) {
-                // The slot of tile-1 is free: refill it with the tile kStages-1 ahead.
-                if (tile + kStages - 1 < n_tiles) {
-                    kv.load_k(tile + kStages - 1, true);
-                    kv.load_v(tile + kStages - 1, true);
-                }
-                cp_async_commit();
-                cp_async_commit();
-            }
+            kv.wait_k(tile, n_tiles);
             if constexpr (T::kQInRegs) {
-                if (tile == 0) {
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                        for (int ks = 0; ks < T::kQkSteps; ++ks)
-                            ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
-                }
+                if (tile == 0) load_q_frags<T>(q_frag, q_lane);
             }
 
-            // kWarpSkip: a warp whose rows see none of this block's keys (the diagonal block
-            // of a causal mask, both edges of a window) skips its GEMMs and softmax; its
-            // running max, sum and O stay what a fully masked block would leave. The branch
-            // is uniform per warp; without the switch it compiles away.
             bool warp_visits = true;
             if constexpr (T::kWarpSkip && T::kMask != MaskKind::None) {
-                const BlockScalars scalars = *block_scalars;
-                const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
-                const int warp_first = (row_begin + warp_row) / kGroup;
-                const int warp_last = (row_begin + warp_row + T::kRowsPerWarp - 1) / kGroup;
-                warp_visits = mask.block_visible(warp_first, warp_last, n_block * T::kBlockN, (n_block + 1) * T::kBlockN);
+                warp_visits = warp_sees_block<T>(params, blk, block_scalars, n_block);
             }
 
             // ---- QK GEMM: S = Q K^T ----------------------------------------------------------
             float s[kMTiles][kNTiles][4];
-            if (warp_visits) {
-    #pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                    for (int nt = 0; nt < kNTiles; ++nt)
-    #pragma unroll
-                        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-    #pragma unroll
-                for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                    u32 a[kMTiles][4];
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt) {
-                        if constexpr (T::kQInRegs) {
-    #pragma unroll
-                            for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
-                        } else {
-                            ldmatrix_x4(a[mt], LayoutQK::at(q_base, mt * 16, ks));
-                        }
-                    }
-    #pragma unroll
-                    for (int np = 0; np < kNTiles / 2; ++np) {
-                        u32 b[4];
-                        ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
-    #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt) {
-                            mma_16816<kBf16>(s[mt][2 * np], a[mt], b[0], b[1]);
-                            mma_16816<kBf16>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-                        }
-                    }
-                }
-            }  // warp_visits
-            if constexpr (kStages == 1) {
-                __syncthreads();  // every warp is done with the K buffer
-                if (tile + 1 < n_tiles) kv.load_k(tile + 1, true);
-                cp_async_commit();
-            }
+            u32 a_qk[kMTiles][4];
+            if (warp_visits) qk_gemm<T>(s, q_frag, q_base, k_base, a_qk);
+            kv.after_qk(tile, n_tiles);
 
             if (warp_visits) {
                 // ---- soft-capping: S = cap * tanh(S * scale / cap) ----------------------------
-                if constexpr (T::kSoftcap) {
-                    const float to_unit = params.softmax_scale / params.softcap;
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                        for (int nt = 0; nt < kNTiles; ++nt)
-    #pragma unroll
-                            for (int e = 0; e < 4; ++e)
-                                s[mt][nt][e] = kCapFolded ? tanh_approx(s[mt][nt][e] * to_unit)
-                                                          : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
-                }
+                if constexpr (T::kSoftcap) softcap_scores<T, kCapFolded>(s, params);
 
-                // ---- mask: only blocks that cross a mask edge or the end of the keys ---------
-                const int col_begin = n_block * T::kBlockN;
-                const BlockScalars scalars = *block_scalars;
-                const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left,
-                                          params.window_right};
-                // Without a mask only the first block visited (the last keys) can straddle the end.
-                const bool needs_mask = T::kMask == MaskKind::None
-                                            ? tile == 0
-                                            : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
-                                                                    col_begin + T::kBlockN);
-                if (needs_mask) {
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
-                            const int first = mask.col_begin(row);
-                            const int end = mask.col_end(row);
-    #pragma unroll
-                            for (int nt = 0; nt < kNTiles; ++nt)
-    #pragma unroll
-                                for (int e = 0; e < 2; ++e) {
-                                    const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                                    if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
-                                }
-                        }
-                }
+                const BlockMask<T> block = block_mask<T>(params, block_scalars, tile, n_block);
+                if (block.needed) mask_scores<T>(s, blk, block.mask, block.col_begin);
 
                 // ---- online softmax; rescale what O holds so far ---------------------------
                 // (Under kCapOffset's fixed offset: the exponentials alone.)
                 if (T::kCapOffset && cap_offset) {
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt) softmax.exp_cap_offset_m_tile(s, mt, score_scale_log2);
+                    softmax.exp_cap_offset(s, score_scale_log2);
                 } else {
                     float o_scale[2 * kMTiles];
-                    if (softmax.update(s, score_scale_log2, o_scale)) {
-    #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                            for (int ot = 0; ot < kOTiles; ++ot)
-    #pragma unroll
-                                for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
-                    }
+                    if (softmax.update(s, score_scale_log2, o_scale)) rescale_o(o_acc, o_scale);
                 }
             }  // warp_visits
 
-            cp_async_wait<kWaitV>();  // V(tile) has landed for this thread ...
-            __syncthreads();          // ... and for every thread
+            kv.wait_v();
 
             // ---- PV GEMM: O += P V, P packed from the S fragments in registers ---------------
-            if (warp_visits) {
-    #pragma unroll
-                for (int ks = 0; ks < T::kPvSteps; ++ks) {
-                    u32 a[kMTiles][4];
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt) {
-                        a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-                        a[mt][1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-                        a[mt][2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-                        a[mt][3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-                    }
-    #pragma unroll
-                    for (int dp = 0; dp < kOTiles / 2; ++dp) {
-                        u32 b[4];
-                        ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
-    #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt) {
-                            mma_16816<kBf16>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
-                            mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
-                        }
-                    }
-                }
-            }  // warp_visits
-            if constexpr (kStages == 1) {
-                __syncthreads();  // every warp is done with the V buffer
-                if (tile + 1 < n_tiles) kv.load_v(tile + 1, true);
-                cp_async_commit();
-            }
+            u32 a_pv[kMTiles][4];
+            if (warp_visits) pv_gemm<T>(o_acc, s, v_base, a_pv);
+            kv.after_pv(tile, n_tiles);
         }
     }
 

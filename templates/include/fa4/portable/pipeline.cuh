@@ -148,6 +148,56 @@ struct KvLoader {
                                             page_table, key_begin, valid);
     }
 
+    // ---- the main loop's side of the schedule (KvSchedule) ----
+    // K(tile) (and Q) have landed for every thread, and tile-1 is fully consumed: with a
+    // ring, its slot is refilled with the tile kStages-1 ahead.
+    __device__ __forceinline__ void wait_k(int tile, int n_tiles) {
+        cp_async_wait<KvSchedule<T::kStages>::kWaitK>();  // for this thread ...
+        __syncthreads();                                   // ... and for every thread
+        if constexpr (T::kStages >= 2) {
+            if (tile + T::kStages - 1 < n_tiles) {
+                load_k(tile + T::kStages - 1, true);
+                load_v(tile + T::kStages - 1, true);
+            }
+            cp_async_commit();
+            cp_async_commit();
+        }
+    }
+    // One stage: every warp is done with the K buffer; K(tile+1) loads under this
+    // tile's softmax and PV GEMM.
+    __device__ __forceinline__ void after_qk(int tile, int n_tiles) {
+        if constexpr (T::kStages == 1) {
+            __syncthreads();
+            if (tile + 1 < n_tiles) load_k(tile + 1, true);
+            cp_async_commit();
+        }
+    }
+    // V(tile) has landed for every thread.
+    __device__ __forceinline__ void wait_v() {
+        cp_async_wait<KvSchedule<T::kStages>::kWaitV>();
+        __syncthreads();
+    }
+    // One stage: every warp is done with the V buffer; V(tile+1) loads under the next
+    // tile's QK GEMM.
+    __device__ __forceinline__ void after_pv(int tile, int n_tiles) {
+        if constexpr (T::kStages == 1) {
+            __syncthreads();
+            if (tile + 1 < n_tiles) load_v(tile + 1, true);
+            cp_async_commit();
+        }
+    }
+    // The staggered loop waits for K and V together, then refills the ring.
+    __device__ __forceinline__ void wait_kv(int tile, int n_tiles) {
+        cp_async_wait<KvSchedule<T::kStages>::kWaitKV>();
+        __syncthreads();
+        if (tile + T::kStages - 1 < n_tiles) {
+            load_k(tile + T::kStages - 1, true);
+            load_v(tile + T::kStages - 1, true);
+        }
+        cp_async_commit();
+        cp_async_commit();
+    }
+
     // The tiles in flight before the main loop starts (KvSchedule).
     __device__ __forceinline__ void load_first_tiles(int n_tiles) {
 #pragma unroll

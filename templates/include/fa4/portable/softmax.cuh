@@ -131,6 +131,12 @@ struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
         }
     }
 
+    // Every m-tile's exponentials under the fixed offset.
+    __device__ __forceinline__ void exp_cap_offset(float (&s)[kMTiles][kNTiles][4], float scale_log2) {
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) exp_cap_offset_m_tile(s, mt, scale_log2);
+    }
+
     // update() for the two rows of one m-tile only (kStagger: each m-tile's softmax runs
     // as soon as its own QK GEMM is done). Same arithmetic, per m-tile votes.
     __device__ __forceinline__ bool update_m_tile(float (&s)[kMTiles][kNTiles][4], int mt, float scale_log2,
@@ -169,6 +175,18 @@ struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
         return kLazy ? __any_sync(0xffffffffu, grew_any) : true;
     }
 };
+
+// O so far times each row's factor from update(): the rows of m-tile mt are o_scale[2 mt]
+// (C fragment elements 0, 1) and o_scale[2 mt + 1] (elements 2, 3).
+template <int kMTiles, int kOTiles>
+__device__ __forceinline__ void rescale_o(float (&o_acc)[kMTiles][kOTiles][4], const float (&o_scale)[2 * kMTiles]) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int ot = 0; ot < kOTiles; ++ot)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
+}
 
 }  // namespace portable
 }  // namespace fa4
