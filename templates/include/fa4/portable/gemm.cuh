@@ -120,5 +120,52 @@ __device__ __forceinline__ void pv_gemm(OAccum<T>& o_acc, const Scores<T>& s, u3
     }
 }
 
+// S = Q K^T for m-tile mt alone (the staggered loop).
+template <class T>
+__device__ __forceinline__ void qk_gemm_m_tile(Scores<T>& s, int mt, const QFrags<T>& q_frag, u32 q_base, u32 k_base) {
+#pragma unroll
+    for (int nt = 0; nt < T::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < T::kQkSteps; ++ks) {
+        u32 a[4];
+        if constexpr (T::kQInRegs) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = q_frag[mt][ks][i];
+        } else {
+            ldmatrix_x4(a, T::LayoutQK::at(q_base, mt * 16, ks));
+        }
+#pragma unroll
+        for (int np = 0; np < T::kNTiles / 2; ++np) {
+            u32 b[4];
+            ldmatrix_x4(b, T::LayoutQK::at(k_base, np * 16, ks));
+            mma_16816<T::kIsBf16>(s[mt][2 * np], a, b[0], b[1]);
+            mma_16816<T::kIsBf16>(s[mt][2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// O += P V for m-tile mt alone (the staggered loop).
+template <class T>
+__device__ __forceinline__ void pv_gemm_m_tile(OAccum<T>& o_acc, const Scores<T>& s, int mt, u32 v_base) {
+    constexpr bool kBf16 = T::kIsBf16;
+#pragma unroll
+    for (int ks = 0; ks < T::kPvSteps; ++ks) {
+        u32 a[4];
+        a[0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+        a[1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+        a[2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+        a[3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < T::kOTiles / 2; ++dp) {
+            u32 b[4];
+            ldmatrix_x4_trans(b, T::LayoutV::at(v_base, ks * 16, dp));
+            mma_16816<kBf16>(o_acc[mt][2 * dp], a, b[0], b[1]);
+            mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a, b[2], b[3]);
+        }
+    }
+}
+
 }  // namespace portable
 }  // namespace fa4

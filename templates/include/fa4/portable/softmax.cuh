@@ -176,6 +176,16 @@ struct Softmax : OnlineSoftmax<kMTiles, kNTiles> {
     }
 };
 
+// One m-tile's rows of O times their factors from update_m_tile().
+template <int kMTiles, int kOTiles>
+__device__ __forceinline__ void rescale_o_m_tile(float (&o_acc)[kMTiles][kOTiles][4], int mt,
+                                                 const float (&o_scale)[2]) {
+#pragma unroll
+    for (int ot = 0; ot < kOTiles; ++ot)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[e / 2];
+}
+
 // O so far times each row's factor from update(): the rows of m-tile mt are o_scale[2 mt]
 // (C fragment elements 0, 1) and o_scale[2 mt + 1] (elements 2, 3).
 template <int kMTiles, int kOTiles>
