@@ -56,6 +56,17 @@ __device__ __forceinline__ void load_q_frags(QFrags<T>& q_frag, u32 q_lane) {
         for (int ks = 0; ks < T::kQkSteps; ++ks) ldmatrix_x4(q_frag[mt][ks], T::LayoutQK::at(q_lane, mt * 16, ks));
 }
 
+// Q's A fragment for k-step ks of m-tile mt: from registers (kQInRegs) or shared memory.
+template <class T>
+__device__ __forceinline__ void q_fragment(u32 (&a)[4], const QFrags<T>& q_frag, u32 q_base, int mt, int ks) {
+    if constexpr (T::kQInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = q_frag[mt][ks][i];
+    } else {
+        ldmatrix_x4(a, T::LayoutQK::at(q_base, mt * 16, ks));
+    }
+}
+
 // S = Q K^T over the warp's m-tiles. q_base and k_base: the lane's ldmatrix addresses
 // in Q and in this block's K slot.
 template <class T>
@@ -71,14 +82,7 @@ __device__ __forceinline__ void qk_gemm(Scores<T>& s, const QFrags<T>& q_frag, u
 #pragma unroll
     for (int ks = 0; ks < T::kQkSteps; ++ks) {
 #pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-            if constexpr (T::kQInRegs) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
-            } else {
-                ldmatrix_x4(a[mt], T::LayoutQK::at(q_base, mt * 16, ks));
-            }
-        }
+        for (int mt = 0; mt < kMTiles; ++mt) q_fragment<T>(a[mt], q_frag, q_base, mt, ks);
 #pragma unroll
         for (int np = 0; np < T::kNTiles / 2; ++np) {
             u32 b[4];
@@ -92,6 +96,17 @@ __device__ __forceinline__ void qk_gemm(Scores<T>& s, const QFrags<T>& q_frag, u
     }
 }
 
+// P's A fragment for k-step ks of m-tile mt: the C fragments of S's n-tiles 2 ks and
+// 2 ks + 1, packed in pairs to 16 bits (ptx.cuh: they are exactly the A layout).
+template <class T>
+__device__ __forceinline__ void pack_p(u32 (&a)[4], const Scores<T>& s, int mt, int ks) {
+    constexpr bool kBf16 = T::kIsBf16;
+    a[0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+    a[1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+    a[2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+    a[3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+}
+
 // O += P V over the warp's m-tiles; v_base: the lane's ldmatrix address in this block's
 // V slot.
 template <class T>
@@ -102,10 +117,7 @@ __device__ __forceinline__ void pv_gemm(OAccum<T>& o_acc, const Scores<T>& s, u3
     for (int ks = 0; ks < T::kPvSteps; ++ks) {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
-            a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-            a[mt][1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-            a[mt][2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-            a[mt][3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+            pack_p<T>(a[mt], s, mt, ks);
         }
 #pragma unroll
         for (int dp = 0; dp < T::kOTiles / 2; ++dp) {
@@ -130,12 +142,7 @@ __device__ __forceinline__ void qk_gemm_m_tile(Scores<T>& s, int mt, const QFrag
 #pragma unroll
     for (int ks = 0; ks < T::kQkSteps; ++ks) {
         u32 a[4];
-        if constexpr (T::kQInRegs) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a[i] = q_frag[mt][ks][i];
-        } else {
-            ldmatrix_x4(a, T::LayoutQK::at(q_base, mt * 16, ks));
-        }
+        q_fragment<T>(a, q_frag, q_base, mt, ks);
 #pragma unroll
         for (int np = 0; np < T::kNTiles / 2; ++np) {
             u32 b[4];
@@ -153,10 +160,7 @@ __device__ __forceinline__ void pv_gemm_m_tile(OAccum<T>& o_acc, const Scores<T>
 #pragma unroll
     for (int ks = 0; ks < T::kPvSteps; ++ks) {
         u32 a[4];
-        a[0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-        a[1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-        a[2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-        a[3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+        pack_p<T>(a, s, mt, ks);
 #pragma unroll
         for (int dp = 0; dp < T::kOTiles / 2; ++dp) {
             u32 b[4];

@@ -49,7 +49,7 @@ __device__ __forceinline__ void key_loop(const FwdParams& params, const BlockTil
     Scores<T>& s = frags.s;
     const int n_tiles = keys.n_tiles;
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int n_block = keys.n_end - 1 - tile;
+        const int n_block = keys.n_block(tile);
         const u32 q_base = fresh<T>(lanes.q);
         const u32 k_base = kv.k_smem_addr + (tile % T::kStages) * T::kSmemK * 2 + fresh<T>(lanes.k);
         const u32 v_base = kv.v_smem_addr + (tile % T::kStages) * T::kSmemV * 2 + fresh<T>(lanes.v);

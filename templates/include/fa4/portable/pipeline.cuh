@@ -66,8 +66,9 @@ struct KvLoader {
     static constexpr bool kSharedRows =
         KCopy::kChunksPerRow == VCopy::kChunksPerRow && (T::kWarps >= 8 || KCopy::kSteps > 4);
 
-    // The block's K and V in global memory, and the page table, as forward() forms them.
-    // Held by reference: the paged gathers' machine code moves when they are copied in.
+    // The block's K and V in global memory, the page table and the rows' pages are
+    // forward()'s, lent by reference: copied in, or an array of the loader's own, they
+    // change the paged gathers' PTX.
     const FwdParams& params;
     const u16* const& k_gmem;
     const u16* const& v_gmem;
@@ -96,6 +97,9 @@ struct KvLoader {
           block_scalars(smem.scalars),
           paged_rows(paged_rows_) {}
 
+    // K(tile), rows past the keys zeroed unless `whole`. The paged row lambdas capture
+    // the members through these local names, as they once captured forward()'s locals:
+    // capturing `this` instead changes the paged gathers' PTX.
     __device__ __forceinline__ void load_k(int tile, bool whole) {
         const FwdParams& params = this->params;
         const u16* const& k_gmem = this->k_gmem;
@@ -120,6 +124,7 @@ struct KvLoader {
                                             page_table, key_begin, valid);
     }
 
+    // V(tile), likewise; pages of one key reuse the rows load_k looked up (kSharedRows).
     __device__ __forceinline__ void load_v(int tile, bool whole) {
         const FwdParams& params = this->params;
         const u16* const& v_gmem = this->v_gmem;
@@ -149,19 +154,20 @@ struct KvLoader {
     }
 
     // ---- the main loop's side of the schedule (KvSchedule) ----
-    // K(tile) (and Q) have landed for every thread, and tile-1 is fully consumed: with a
-    // ring, its slot is refilled with the tile kStages-1 ahead.
+    // A ring's slot that tile-1 left (every thread is past it): the tile kStages-1 ahead.
+    __device__ __forceinline__ void refill(int tile, int n_tiles) {
+        if (tile + T::kStages - 1 < n_tiles) {
+            load_k(tile + T::kStages - 1, true);
+            load_v(tile + T::kStages - 1, true);
+        }
+        cp_async_commit();
+        cp_async_commit();
+    }
+    // K(tile) (and Q) have landed for every thread, and tile-1 is fully consumed.
     __device__ __forceinline__ void wait_k(int tile, int n_tiles) {
         cp_async_wait<KvSchedule<T::kStages>::kWaitK>();  // for this thread ...
         __syncthreads();                                   // ... and for every thread
-        if constexpr (T::kStages >= 2) {
-            if (tile + T::kStages - 1 < n_tiles) {
-                load_k(tile + T::kStages - 1, true);
-                load_v(tile + T::kStages - 1, true);
-            }
-            cp_async_commit();
-            cp_async_commit();
-        }
+        if constexpr (T::kStages >= 2) refill(tile, n_tiles);
     }
     // One stage: every warp is done with the K buffer; K(tile+1) loads under this
     // tile's softmax and PV GEMM.
@@ -186,16 +192,11 @@ struct KvLoader {
             cp_async_commit();
         }
     }
-    // The staggered loop waits for K and V together, then refills the ring.
+    // The staggered loop waits for K(tile) and V(tile) together.
     __device__ __forceinline__ void wait_kv(int tile, int n_tiles) {
         cp_async_wait<KvSchedule<T::kStages>::kWaitKV>();
         __syncthreads();
-        if (tile + T::kStages - 1 < n_tiles) {
-            load_k(tile + T::kStages - 1, true);
-            load_v(tile + T::kStages - 1, true);
-        }
-        cp_async_commit();
-        cp_async_commit();
+        refill(tile, n_tiles);
     }
 
     // The tiles in flight before the main loop starts (KvSchedule).

@@ -23,16 +23,15 @@ namespace portable {
 // tiles cost about the same.
 template <class T>
 struct GridOrder {
-    // (A function, not a static member: NVRTC would emit a member as a global.)
-    static constexpr __device__ bool m_blocks_in_y() { return T::kMask == MaskKind::Causal && !T::kPackGqa; }
+    static constexpr bool kMBlocksInY = T::kMask == MaskKind::Causal && !T::kPackGqa;
 
     static __device__ __forceinline__ int m_block() {
-        return m_blocks_in_y()                 ? gridDim.y - 1 - blockIdx.y
+        return kMBlocksInY                     ? gridDim.y - 1 - blockIdx.y
                : T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x
                                               : blockIdx.x;
     }
     // The query head, or with pack-GQA the KV head.
-    static __device__ __forceinline__ unsigned head() { return m_blocks_in_y() ? blockIdx.x : blockIdx.y; }
+    static __device__ __forceinline__ unsigned head() { return kMBlocksInY ? blockIdx.x : blockIdx.y; }
 };
 
 // The block's rows: kBlockM query rows of one head or, with pack-GQA, kBlockM (query,

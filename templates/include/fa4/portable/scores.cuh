@@ -27,7 +27,7 @@ __device__ __forceinline__ void softcap_m_tile(Scores<T>& s, int mt, const FwdPa
                                      : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
 }
 
-// Every m-tile.
+// Every m-tile (the plain loop; kTanhOnly: kCapFolded).
 template <class T, bool kTanhOnly>
 __device__ __forceinline__ void softcap_scores(Scores<T>& s, const FwdParams& params) {
 #pragma unroll
@@ -61,8 +61,8 @@ struct KeyBlockMask {
 // Without a mask only the first block visited (the last keys) can straddle the end of
 // the keys. The block's scalars are read back from shared memory (schedule.cuh).
 template <class T>
-__device__ __forceinline__ KeyBlockMask<T> key_block_mask(const FwdParams& params, const BlockScalars* block_scalars,
-                                                   int tile, int n_block) {
+__device__ __forceinline__ KeyBlockMask<T> key_block_mask(const FwdParams& params,
+                                                          const BlockScalars* block_scalars, int tile, int n_block) {
     const int col_begin = n_block * T::kBlockN;
     const BlockScalars scalars = *block_scalars;
     const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
