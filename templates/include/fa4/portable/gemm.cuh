@@ -33,10 +33,6 @@ struct LdmatrixLanes {
     u32 k;
     u32 v;
 
-    __device__ __forceinline__ LdmatrixLanes(const u16* q_smem, const BlockTile<T>& tile)
-        : q(smem_u32(q_smem) + T::LayoutQK::lane_base(tile.warp_row + tile.lane % 16, tile.lane / 16)),
-          k(T::LayoutQK::lane_base((tile.lane / 16) * 8 + tile.lane % 8, (tile.lane / 8) % 2)),
-          v(T::LayoutV::lane_base(((tile.lane / 8) % 2) * 8 + tile.lane % 8, tile.lane / 16)) {}
 };
 
 // A lane offset for one key block's ldmatrix addresses. Swizzled, it is made opaque

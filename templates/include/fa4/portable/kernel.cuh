@@ -59,7 +59,18 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     // ---- which rows, which keys ------------------------------------------------------------
     BlockTile<T> block;
     if (!block.locate_rows(params)) return;
-    block.locate_thread();
+    block.locate_heads();
+    // The thread's place in the block's MMA fragments. Set here, not by a BlockTile
+    // member: the ldmatrix lane addresses formed from them below keep their sm100/sm120
+    // PTX only so.
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int lane = tid % 32;
+    block.tid = tid;
+    block.lane = lane;
+    block.quad_row = lane / 4;
+    block.quad_col = lane % 4;
+    block.warp_row = warp * T::kRowsPerWarp;
     const KeyBlocks keys = key_blocks<T>(params, block, smem.scalars);
     // Soft-capped scores reach the softmax as cap * tanh(S * scale / cap), or, where the
     // MUFU is relieved (kCapFolded), as the tanh alone, the cap's multiply folded into
@@ -81,7 +92,11 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
                                params.page_size};
     typename KvLoader<T>::KCopy::PagedRows paged_rows;
     KvLoader<T> kv(params, k_gmem, v_gmem, page_table, block, smem, keys.n_end, paged_rows);
-    const LdmatrixLanes<T> lanes(smem.q, block);
+    using LayoutQK = typename T::LayoutQK;
+    using LayoutV = typename T::LayoutV;
+    const LdmatrixLanes<T> lanes{smem_u32(smem.q) + LayoutQK::lane_base(block.warp_row + lane % 16, lane / 16),
+                                 LayoutQK::lane_base((lane / 16) * 8 + lane % 8, (lane / 8) % 2),
+                                 LayoutV::lane_base(((lane / 8) % 2) * 8 + lane % 8, lane / 16)};
     load_q<T>(params, block, q_gmem, smem.q);
     cp_async_commit();
     kv.load_first_tiles(keys.n_tiles);

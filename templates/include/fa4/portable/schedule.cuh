@@ -70,17 +70,11 @@ struct BlockTile {
         return row_begin < rows;
     }
 
-    // The heads, and the thread's place in the rows.
-    __device__ __forceinline__ void locate_thread() {
+    // The heads: the query head (pack-GQA: the first of the group) and its KV head.
+    __device__ __forceinline__ void locate_heads() {
         const unsigned grid_head = GridOrder<T>::head();  // the KV head with pack-GQA
         kv_head = T::kPackGqa ? grid_head : grid_head / group;
         head = T::kPackGqa ? kv_head * group : grid_head;
-        tid = threadIdx.x;
-        const int warp = tid / 32;
-        lane = tid % 32;
-        quad_row = lane / 4;
-        quad_col = lane % 4;
-        warp_row = warp * T::kRowsPerWarp;
     }
 };
 
