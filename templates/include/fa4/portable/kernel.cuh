@@ -1,112 +1,77 @@
 // The portable FlashAttention forward kernel: mma.sync.m16n8k16 + ldmatrix + cp.async,
-// online softmax in registers. Runs on sm80 and every later arch.
+// online softmax in registers (FlashAttention-2's algorithm). Runs on sm80 and every
+// later arch.
 //
 // One thread block computes kBlockM query rows of one (batch, head); each warp owns
 // kRowsPerWarp of those rows and walks the visible key blocks from the last to the first
-// (the blocks that need masking come first, the rest run mask-free):
+// (the blocks that need masking come first, the rest run mask-free). The parts, in the
+// order a block runs them:
 //
-//   load      Q once; K and V tiles through a ring of kStages shared-memory slots (cp.async)
-//   QK GEMM   S = Q K^T                         (registers, f32); soft-capped if asked
-//   mask      only on blocks that straddle a mask edge or the end of the keys
-//   softmax   running max and sum; P = exp2(S * scale_log2 - max * scale_log2)
-//             (kExp2EmuEvery: a share of the exp2s on the FMA pipes)
-//   PV GEMM   O = O * rescale + P V             (P packed to 16 bit straight from S;
-//             kLazy: a warp whose rows' max held skips the rescale)
-//   epilogue  O / rowsum (sink logits join the rowsum) through shared memory to
-//             global; LSE per row
+//   schedule.cuh  which rows (causal grids: the heaviest m-block first), which key blocks
+//   layout.cuh    shared memory: Q (then O), kStages K and V slots, padded or swizzled
+//   pipeline.cuh  load Q once, K and V through the ring of slots (cp.async)
+//   mainloop.cuh  per key block: QK GEMM, softcap, mask, online softmax, PV GEMM
+//                 (gemm.cuh, scores.cuh, softmax.cuh)
+//   stagger.cuh   kStagger's loop: the same steps m-tile by m-tile in one branch-free
+//                 body, so that ptxas interleaves one m-tile's tanh and exp2 with the
+//                 other's GEMMs
+//   epilogue.cuh  O / rowsum (sink logits join the rowsum) through shared memory to
+//                 global; LSE per row
 //
-// kStagger (soft-capped tiles of two m-tiles a warp) runs the same steps m-tile by
-// m-tile in one branch-free body, so that ptxas interleaves one m-tile's softcap and
-// softmax with the other's GEMMs. It is its own loop: the plain loop below keeps its
-// machine code, and with it every tuning record of the kernels that do not stagger.
 // kCapOffset (either loop) drops the row max: soft-capped scores are bounded, so one
 // fixed offset serves every row (softmax.cuh).
+//
+// Every served kernel's machine code is a tuned, verified artefact, so the parts keep
+// the exact instruction stream the one-function kernel had. Three rules do that (each
+// broke it once, seen in the PTX): arrays the loop works in are declared here and lent
+// to the parts; a switch's branch is decided where the part is called, not inside it;
+// and a value that is a constant expression here (kGroup without pack-GQA) is one in
+// each part too.
 #pragma once
 
-#include "fa4/common/mask.cuh"
 #include "fa4/common/params.cuh"
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/seqlen.cuh"
 #include "fa4/common/tile_copy.cuh"
+#include "fa4/portable/epilogue.cuh"
+#include "fa4/portable/gemm.cuh"
 #include "fa4/portable/layout.cuh"
-#include "fa4/portable/row_walk.cuh"
+#include "fa4/portable/mainloop.cuh"
+#include "fa4/portable/pipeline.cuh"
+#include "fa4/portable/schedule.cuh"
 #include "fa4/portable/softmax.cuh"
+#include "fa4/portable/stagger.cuh"
 #include "fa4/portable/traits.cuh"
 
 namespace fa4 {
 namespace portable {
 
-// ---- the kernel body ---------------------------------------------------------------------
-
 template <class Config>
 __device__ __forceinline__ void forward(const FwdParams& params) {
     using T = Traits<Config>;
-    constexpr bool kBf16 = T::kIsBf16;
     constexpr int kMTiles = T::kMTiles;
     constexpr int kNTiles = T::kNTiles;
     constexpr int kOTiles = T::kOTiles;
-    constexpr int kStages = T::kStages;
 
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    u16* const q_smem = reinterpret_cast<u16*>(smem_raw);
-    u16* const o_smem = q_smem;  // Q is dead once the last QK GEMM is done
-    u16* const k_smem = q_smem + T::kSmemQO;
-    u16* const v_smem = k_smem + kStages * T::kSmemK;
-    // Padded rows: in the padding of the first K row, which no copy writes; swizzled
-    // rows have none, and the scalars follow the tiles.
-    BlockScalars* const block_scalars = reinterpret_cast<BlockScalars*>(
-        T::kSwizzle ? smem_raw + T::kSmemTilesBytes : reinterpret_cast<unsigned char*>(k_smem + T::kHeadDim));
-    static_assert(sizeof(BlockScalars) == 16 && (T::kSwizzle || T::kPad == 8), "the scalars take 16 bytes");
+    const SmemTiles<T> smem(smem_raw);
 
-    // Causal blocks further down the sequence see more keys: launch those first (the
-    // longest-processing-time order), so the short blocks fill the tail of the grid.
-    // With the m-blocks fastest (x), a wave holds a few (head, sequence) pairs' heavy and
-    // light ends unevenly and leaves SMs idle at its end; so causal grids are (heads,
-    // m-blocks, batch), the m-blocks reversed in y: every head of a sequence takes its
-    // heaviest m-block first, then its next. Plain grid registers, which the compiler
-    // reads again where it needs them rather than hold them (a decode with selects or
-    // divisions made the 255-register tiles spill). Pack-GQA's blocks hold every head
-    // of a KV head: it keeps the m-blocks in x, as do unmasked and local grids, whose
-    // tiles cost about the same.
-    constexpr bool kMBlocksInY = T::kMask == MaskKind::Causal && !T::kPackGqa;
-    const int m_block = kMBlocksInY                     ? gridDim.y - 1 - blockIdx.y
-                        : T::kMask == MaskKind::Causal ? gridDim.x - 1 - blockIdx.x
-                                                       : blockIdx.x;
-    const int batch = blockIdx.z;
-    const SeqView seq = seq_view<T::kPaged>(params, batch);
-    // The block's rows: kBlockM query rows of one head or, with pack-GQA, kBlockM
-    // (query, head) pairs of the heads that share one KV head: row r is query r / kGroup
-    // of head head + r % kGroup. Rows of one query are adjacent, so they share the mask.
-    const int group = params.heads_q / params.heads_kv;
-    const int kGroup = T::kPackGqa ? group : 1;
-    const int rows = seq.seqlen_q * kGroup;
-    const int row_begin = m_block * T::kBlockM;  // first row of this block
-    if (row_begin >= rows) return;  // a varlen sequence shorter than the longest one
-    const unsigned grid_head = kMBlocksInY ? blockIdx.x : blockIdx.y;  // the KV head with pack-GQA
-    const int kv_head = T::kPackGqa ? grid_head : grid_head / group;
-    const int head = T::kPackGqa ? kv_head * group : grid_head;  // first query head
+    // ---- which rows, which keys ------------------------------------------------------------
+    BlockTile<T> block;
+    if (!block.locate_rows(params)) return;
+    block.locate_heads();
+    // The thread's place in the block's MMA fragments. Set here, not by a BlockTile
+    // member: the ldmatrix lane addresses formed from them below keep their sm100/sm120
+    // PTX only so.
     const int tid = threadIdx.x;
     const int warp = tid / 32;
     const int lane = tid % 32;
-    const int quad_row = lane / 4;  // g: fragment row within an 8-row half
-    const int quad_col = lane % 4;  // t: fragment column pair
-    const int warp_row = warp * T::kRowsPerWarp;  // first row of this warp within the block
-
-    // The queries the block's rows belong to: the mask is asked about these.
-    // Key blocks n_end-1 down to n_begin are visited, in that order.
-    int n_end, n_tiles;
-    {
-        const int query_first = row_begin / kGroup;
-        const int query_last = (imin(row_begin + T::kBlockM, rows) - 1) / kGroup;
-        const Mask<T::kMask> mask{seq.seqlen_q, seq.seqlen_k, params.window_left, params.window_right};
-        n_end = mask.n_block_end(query_first, query_last + 1, T::kBlockN);
-        n_tiles = imax(0, n_end - mask.n_block_begin(query_first, T::kBlockN));
-        // The scalars the main loop needs now and then live in shared memory: read back
-        // after each barrier, they hold no registers across the loop (the accumulators
-        // need them all).
-        if (tid == 0) *block_scalars = BlockScalars{seq.seqlen_q, seq.seqlen_k, query_first, query_last};
-        __syncthreads();
-    }
+    block.tid = tid;
+    block.lane = lane;
+    block.quad_row = lane / 4;
+    block.quad_col = lane % 4;
+    block.warp_row = warp * T::kRowsPerWarp;
+    const KeyBlocks keys = key_blocks<T>(params, block, smem.scalars);
     // Soft-capped scores reach the softmax as cap * tanh(S * scale / cap), or, where the
     // MUFU is relieved (kCapFolded), as the tanh alone, the cap's multiply folded into
     // the exponent's FMA. (Folded everywhere, d128's best soft-capped tile spills.)
@@ -114,118 +79,29 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     const float score_scale_log2 =
         T::kSoftcap ? (kCapFolded ? params.softcap * kLog2e : kLog2e) : params.scale_log2;
 
-    const u16* const q_gmem = static_cast<const u16*>(params.q) + seq.q_offset + head * params.q_head_stride;
-    const u16* const k_gmem = static_cast<const u16*>(params.k) + seq.k_offset + kv_head * params.k_head_stride;
-    const u16* const v_gmem = static_cast<const u16*>(params.v) + seq.v_offset + kv_head * params.v_head_stride;
-    const PageTable page_table{params.page_table + i64(batch) * params.page_table_batch_stride, params.page_size};
-
-    // Rows split unevenly over the threads take the common copy. The largest accumulator
-    // tiles (Traits::kCompactLoads) cannot hold its hoisted step offsets: theirs are
-    // recomputed per tile.
-    constexpr StepAddress kStepForm = T::kCompactLoads ? StepAddress::kOpaque32 : StepAddress::kHoisted32;
-    using KCopy = RowWalkCopy<T::kBlockN, typename T::LayoutQK, T::kThreads, kStepForm>;
-    using VCopy = RowWalkCopy<T::kBlockN, typename T::LayoutV, T::kThreads, kStepForm>;
-    using QCopy = RowWalkCopy<T::kBlockM, typename T::LayoutQK, T::kThreads>;
-    const KCopy k_copy(tid);
-    const VCopy v_copy(tid);
-    const u32 k_smem_addr = smem_u32(k_smem);
-    const u32 v_smem_addr = smem_u32(v_smem);
-    // Only the first key block visited (the highest keys) can run past the end of the
-    // keys: every later one is whole, so the main loop's loads (`whole` set) need no row
-    // count.
-    // Paged K/V with one key per page: load_k looks the tile's rows up and load_v
-    // reuses them (V(t) is always loaded after K(t) and before K(t+1)). Other page
-    // sizes that split a tile look each row up as they copy it.
-    // 4-warp tiles with 4 rows or fewer per thread look up again for V: holding the
-    // rows spills them (d64 128x64), and their lookups are few.
-    constexpr bool kSharedRows =
-        KCopy::kChunksPerRow == VCopy::kChunksPerRow && (T::kWarps >= 8 || KCopy::kSteps > 4);
-    typename KCopy::PagedRows paged_rows;
-    auto load_k = [&](int tile, bool whole) {
-        const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        const int valid = whole ? T::kBlockN : block_scalars->seqlen_k - key_begin;
-        const u32 slot = k_smem_addr + (tile % kStages) * T::kSmemK * 2;
-        if constexpr (T::kPaged) {
-            if (page_table.page_size == 1) {
-                paged_rows = k_copy.locate(page_table, key_begin, valid);
-                k_copy.load_paged(slot, k_gmem, paged_rows, params.k_batch_stride, valid);
-                return;
-            }
-            if (page_table.page_size % T::kBlockN != 0) {
-                k_copy.load_rows(slot, k_gmem, [&](int r) {
-                    return k_gmem + page_table.row_offset(key_begin + r, params.k_batch_stride, params.k_row_stride);
-                }, valid);
-                return;
-            }
-        }
-        load_kv_tile<T::kPaged, T::kBlockN>(k_copy, slot, k_gmem, params.k_row_stride, params.k_batch_stride,
-                                            page_table, key_begin, valid);
-    };
-    auto load_v = [&](int tile, bool whole) {
-        const int key_begin = (n_end - 1 - tile) * T::kBlockN;
-        const int valid = whole ? T::kBlockN : block_scalars->seqlen_k - key_begin;
-        const u32 slot = v_smem_addr + (tile % kStages) * T::kSmemV * 2;
-        if constexpr (T::kPaged) {
-            if (page_table.page_size % T::kBlockN != 0 && page_table.page_size != 1) {
-                v_copy.load_rows(slot, v_gmem, [&](int r) {
-                    return v_gmem + page_table.row_offset(key_begin + r, params.v_batch_stride, params.v_row_stride);
-                }, valid);
-                return;
-            }
-            if (page_table.page_size == 1) {
-                if constexpr (kSharedRows) {
-                    v_copy.load_paged(slot, v_gmem, paged_rows, params.v_batch_stride, valid);
-                } else {
-                    v_copy.load_paged(slot, v_gmem, v_copy.locate(page_table, key_begin, valid), params.v_batch_stride,
-                                      valid);
-                }
-                return;
-            }
-        }
-        load_kv_tile<T::kPaged, T::kBlockN>(v_copy, slot, v_gmem, params.v_row_stride, params.v_batch_stride,
-                                            page_table, key_begin, valid);
-    };
-
-    // Lane offsets (in elements) of the row each lane hands to ldmatrix.
-    //   Q (A operand, x4 = rows 0-7|8-15 x cols 0-7|8-15):  row lane%16, col (lane/16)*8
-    //   K (B operand, x4 = two n-tiles x two k-halves):     row (lane/16)*8 + lane%8, col (lane/8)%2*8
-    //   V (B operand via .trans, x4 = two k-halves x two n-tiles): row (lane/8)%2*8 + lane%8, col (lane/16)*8
+    // ---- load: Q, then the first K/V tiles --------------------------------------------------
+    // The block's K/V pointers and page table are formed here, where the paged k_offset
+    // of 0 is known, and lent to the loader.
+    const SeqView& seq = block.seq;
+    const u16* const q_gmem = static_cast<const u16*>(params.q) + seq.q_offset + block.head * params.q_head_stride;
+    const u16* const k_gmem =
+        static_cast<const u16*>(params.k) + seq.k_offset + block.kv_head * params.k_head_stride;
+    const u16* const v_gmem =
+        static_cast<const u16*>(params.v) + seq.v_offset + block.kv_head * params.v_head_stride;
+    const PageTable page_table{params.page_table + i64(block.batch) * params.page_table_batch_stride,
+                               params.page_size};
+    typename KvLoader<T>::KCopy::PagedRows paged_rows;
+    KvLoader<T> kv(params, k_gmem, v_gmem, page_table, block, smem, keys.n_end, paged_rows);
     using LayoutQK = typename T::LayoutQK;
     using LayoutV = typename T::LayoutV;
-    const u32 q_lane = smem_u32(q_smem) + LayoutQK::lane_base(warp_row + lane % 16, lane / 16);
-    const u32 k_lane = LayoutQK::lane_base((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
-    const u32 v_lane = LayoutV::lane_base(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
-
-    // ---- load: Q, then the first K/V tiles --------------------------------------------
-    // Every stage commits its cp.async groups even when it has nothing to load, so the
-    // wait counts below are the same constants on every iteration.
-    {
-        const QCopy q_copy(tid);
-        if constexpr (T::kPackGqa) {
-            q_copy.load_rows(smem_u32(q_smem), q_gmem, [&](int r) {
-                const int row = row_begin + r;
-                return q_gmem + i64(row / kGroup) * params.q_row_stride + (row % kGroup) * params.q_head_stride;
-            }, rows - row_begin);
-        } else {
-            q_copy.load(smem_u32(q_smem), q_gmem + i64(row_begin) * params.q_row_stride, params.q_row_stride,
-                        rows - row_begin);
-        }
-    }
+    const LdmatrixLanes<T> lanes{smem_u32(smem.q) + LayoutQK::lane_base(block.warp_row + lane % 16, lane / 16),
+                                 LayoutQK::lane_base((lane / 16) * 8 + lane % 8, (lane / 8) % 2),
+                                 LayoutV::lane_base(((lane / 8) % 2) * 8 + lane % 8, lane / 16)};
+    load_q<T>(params, block, q_gmem, smem.q);
     cp_async_commit();
-    // kStages == 1 is FlashAttention-2's schedule: one K and one V buffer, K(t+1) loads
-    // under softmax and PV of tile t, V(t+1) under QK of tile t+1. kStages >= 2 is a ring
-    // that keeps kStages-1 whole tiles in flight ahead of the one being computed.
-    constexpr int kPrologueTiles = kStages == 1 ? 1 : kStages - 1;
-#pragma unroll
-    for (int tile = 0; tile < kPrologueTiles; ++tile) {
-        if (tile < n_tiles) load_k(tile, tile > 0);
-        cp_async_commit();
-        if (tile < n_tiles) load_v(tile, tile > 0);
-        cp_async_commit();
-    }
-    constexpr int kWaitK = kStages == 1 ? 1 : 2 * kStages - 3;
-    constexpr int kWaitV = kStages == 1 ? 1 : 2 * kStages - 2;
+    kv.load_first_tiles(keys.n_tiles);
 
+    // ---- what a warp carries from one key block to the next ---------------------------------
     float o_acc[kMTiles][kOTiles][4];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
@@ -236,7 +112,7 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
 
     Softmax<kMTiles, kNTiles, T::kLazy, T::kExp2EmuEvery> softmax;
     softmax.init();
-    u32 q_frag[T::kQInRegs ? kMTiles : 1][T::kQInRegs ? T::kQkSteps : 1][4];
+    QFrags<T> q_frag;  // kQInRegs: Q's fragments, loaded with the first key block
     // kCapOffset: the exponent's offset fixed by the cap (softmax.cuh), where it fits.
     const float cap_log2 = params.softcap * kLog2e;
     bool cap_offset = false;
@@ -245,377 +121,36 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
         if (cap_offset) softmax.init_cap_offset(cap_log2);
     }
 
+    // ---- the key loop -----------------------------------------------------------------------
     if constexpr (T::kStagger) {
-        // ---- the staggered schedule: each m-tile's softmax beside the next one's GEMM ----
-        // A warp of two m-tiles multiplies, soft-caps, masks and exponentiates them one
-        // after the other, so that the MUFU's tanh/exp2 of the first and the tensor cores'
-        // QK GEMM of the second (then the first's PV GEMM and the second's softmax) are
-        // independent work in one basic block: V is waited for with K at the top, and a
-        // block that needs masking takes its own copy of the body, so no branch splits it.
-        // The K and V fragments are read once per m-tile.
-        using Scores = float[kMTiles][kNTiles][4];
-        const auto fresh = [](u32 x) { return T::kSwizzle ? opaque(x) : x; };
-        for (int tile = 0; tile < n_tiles; ++tile) {
-            const int n_block = n_end - 1 - tile;
-            const u32 q_base = fresh(q_lane);
-            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
-            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
-            cp_async_wait<2 * kStages - 4>();  // K(tile) and V(tile) have landed for this thread ...
-            __syncthreads();                   // ... and for every thread; tile-1 is fully consumed
-            if (tile + kStages - 1 < n_tiles) {
-                load_k(tile + kStages - 1, true);
-                load_v(tile + kStages - 1, true);
-            }
-            cp_async_commit();
-            cp_async_commit();
-            if constexpr (T::kQInRegs) {
-                if (tile == 0) {
-#pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                        for (int ks = 0; ks < T::kQkSteps; ++ks)
-                            ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
-                }
-            }
-            const int col_begin = n_block * T::kBlockN;
-            const BlockScalars scalars = *block_scalars;
-            const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
-            const bool needs_mask = T::kMask == MaskKind::None
-                                        ? tile == 0
-                                        : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
-                                                                col_begin + T::kBlockN);
-            // `masked` and `fixed` are literals at every call: each inlined copy is one
-            // basic block.
-            const auto body = [&](const bool masked, const bool fixed) {
-                Scores s;
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt) {
-                    // QK GEMM of this m-tile.
-#pragma unroll
-                    for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-#pragma unroll
-                    for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                        u32 a[4];
-                        if constexpr (T::kQInRegs) {
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) a[i] = q_frag[mt][ks][i];
-                        } else {
-                            ldmatrix_x4(a, LayoutQK::at(q_base, mt * 16, ks));
-                        }
-#pragma unroll
-                        for (int np = 0; np < kNTiles / 2; ++np) {
-                            u32 b[4];
-                            ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
-                            mma_16816<kBf16>(s[mt][2 * np], a, b[0], b[1]);
-                            mma_16816<kBf16>(s[mt][2 * np + 1], a, b[2], b[3]);
-                        }
-                    }
-                    // Soft-capping.
-                    if constexpr (T::kSoftcap) {
-                        const float to_unit = params.softmax_scale / params.softcap;
-#pragma unroll
-                        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                            for (int e = 0; e < 4; ++e)
-                                s[mt][nt][e] = kCapFolded || fixed
-                                                   ? tanh_approx(s[mt][nt][e] * to_unit)
-                                                   : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
-                    }
-                    // Mask (selects, no branch).
-                    if (masked) {
-#pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
-                            const int first = mask.col_begin(row);
-                            const int end = mask.col_end(row);
-#pragma unroll
-                            for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-                                for (int e = 0; e < 2; ++e) {
-                                    const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                                    if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
-                                }
-                        }
-                    }
-                    // Online softmax of this m-tile's rows; rescale its O. Under a fixed
-                    // offset: the exponentials alone.
-                    if (fixed) {
-                        softmax.exp_cap_offset_m_tile(s, mt, cap_log2);
-                    } else {
-                        float o_scale[2];
-                        if (softmax.update_m_tile(s, mt, score_scale_log2, o_scale)) {
-#pragma unroll
-                            for (int ot = 0; ot < kOTiles; ++ot)
-#pragma unroll
-                                for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[e / 2];
-                        }
-                    }
-                }
-                // PV GEMM, m-tile by m-tile.
-#pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-                    for (int ks = 0; ks < T::kPvSteps; ++ks) {
-                        u32 a[4];
-                        a[0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-                        a[1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-                        a[2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-                        a[3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-#pragma unroll
-                        for (int dp = 0; dp < kOTiles / 2; ++dp) {
-                            u32 b[4];
-                            ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
-                            mma_16816<kBf16>(o_acc[mt][2 * dp], a, b[0], b[1]);
-                            mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a, b[2], b[3]);
-                        }
-                    }
-            };
-            if (cap_offset) {
-                if (needs_mask) {
-                    body(true, true);
-                } else {
-                    body(false, true);
-                }
-            } else if (needs_mask) {
-                body(true, false);
-            } else {
-                body(false, false);
-            }
-        }
+        staggered_loop<T>(params, block, keys, kv, lanes, smem.scalars, o_acc, softmax, q_frag, cap_offset, cap_log2,
+                          score_scale_log2);
     } else {
-        for (int tile = 0; tile < n_tiles; ++tile) {
-            const int n_block = n_end - 1 - tile;
-            // This iteration's ldmatrix bases. Swizzled, they are made opaque so that their
-            // XOR-ed variants are computed here, not hoisted out of the loop (layout.cuh).
-            const auto fresh = [](u32 x) { return T::kSwizzle ? opaque(x) : x; };
-            const u32 q_base = fresh(q_lane);
-            const u32 k_base = k_smem_addr + (tile % kStages) * T::kSmemK * 2 + fresh(k_lane);
-            const u32 v_base = v_smem_addr + (tile % kStages) * T::kSmemV * 2 + fresh(v_lane);
-
-            cp_async_wait<kWaitK>();  // K(tile) (and Q) have landed for this thread ...
-            __syncthreads();          // ... and for every thread; tile-1 is fully consumed
-            if constexpr (kStages >= 2) {
-                // The slot of tile-1 is free: refill it with the tile kStages-1 ahead.
-                if (tile + kStages - 1 < n_tiles) {
-                    load_k(tile + kStages - 1, true);
-                    load_v(tile + kStages - 1, true);
-                }
-                cp_async_commit();
-                cp_async_commit();
-            }
-            if constexpr (T::kQInRegs) {
-                if (tile == 0) {
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                        for (int ks = 0; ks < T::kQkSteps; ++ks)
-                            ldmatrix_x4(q_frag[mt][ks], LayoutQK::at(q_lane, mt * 16, ks));
-                }
-            }
-
-            // kWarpSkip: a warp whose rows see none of this block's keys (the diagonal block
-            // of a causal mask, both edges of a window) skips its GEMMs and softmax; its
-            // running max, sum and O stay what a fully masked block would leave. The branch
-            // is uniform per warp; without the switch it compiles away.
-            bool warp_visits = true;
-            if constexpr (T::kWarpSkip && T::kMask != MaskKind::None) {
-                const BlockScalars scalars = *block_scalars;
-                const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left, params.window_right};
-                const int warp_first = (row_begin + warp_row) / kGroup;
-                const int warp_last = (row_begin + warp_row + T::kRowsPerWarp - 1) / kGroup;
-                warp_visits = mask.block_visible(warp_first, warp_last, n_block * T::kBlockN, (n_block + 1) * T::kBlockN);
-            }
-
-            // ---- QK GEMM: S = Q K^T ----------------------------------------------------------
-            float s[kMTiles][kNTiles][4];
-            if (warp_visits) {
-    #pragma unroll
-                for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                    for (int nt = 0; nt < kNTiles; ++nt)
-    #pragma unroll
-                        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-    #pragma unroll
-                for (int ks = 0; ks < T::kQkSteps; ++ks) {
-                    u32 a[kMTiles][4];
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt) {
-                        if constexpr (T::kQInRegs) {
-    #pragma unroll
-                            for (int i = 0; i < 4; ++i) a[mt][i] = q_frag[mt][ks][i];
-                        } else {
-                            ldmatrix_x4(a[mt], LayoutQK::at(q_base, mt * 16, ks));
-                        }
-                    }
-    #pragma unroll
-                    for (int np = 0; np < kNTiles / 2; ++np) {
-                        u32 b[4];
-                        ldmatrix_x4(b, LayoutQK::at(k_base, np * 16, ks));
-    #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt) {
-                            mma_16816<kBf16>(s[mt][2 * np], a[mt], b[0], b[1]);
-                            mma_16816<kBf16>(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-                        }
-                    }
-                }
-            }  // warp_visits
-            if constexpr (kStages == 1) {
-                __syncthreads();  // every warp is done with the K buffer
-                if (tile + 1 < n_tiles) load_k(tile + 1, true);
-                cp_async_commit();
-            }
-
-            if (warp_visits) {
-                // ---- soft-capping: S = cap * tanh(S * scale / cap) ----------------------------
-                if constexpr (T::kSoftcap) {
-                    const float to_unit = params.softmax_scale / params.softcap;
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                        for (int nt = 0; nt < kNTiles; ++nt)
-    #pragma unroll
-                            for (int e = 0; e < 4; ++e)
-                                s[mt][nt][e] = kCapFolded ? tanh_approx(s[mt][nt][e] * to_unit)
-                                                          : params.softcap * tanh_approx(s[mt][nt][e] * to_unit);
-                }
-
-                // ---- mask: only blocks that cross a mask edge or the end of the keys ---------
-                const int col_begin = n_block * T::kBlockN;
-                const BlockScalars scalars = *block_scalars;
-                const Mask<T::kMask> mask{scalars.seqlen_q, scalars.seqlen_k, params.window_left,
-                                          params.window_right};
-                // Without a mask only the first block visited (the last keys) can straddle the end.
-                const bool needs_mask = T::kMask == MaskKind::None
-                                            ? tile == 0
-                                            : mask.block_needs_mask(scalars.query_first, scalars.query_last, col_begin,
-                                                                    col_begin + T::kBlockN);
-                if (needs_mask) {
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            const int row = (row_begin + warp_row + mt * 16 + h * 8 + quad_row) / kGroup;
-                            const int first = mask.col_begin(row);
-                            const int end = mask.col_end(row);
-    #pragma unroll
-                            for (int nt = 0; nt < kNTiles; ++nt)
-    #pragma unroll
-                                for (int e = 0; e < 2; ++e) {
-                                    const int col = col_begin + nt * 8 + quad_col * 2 + e;
-                                    if (col < first || col >= end) s[mt][nt][2 * h + e] = neg_inf();
-                                }
-                        }
-                }
-
-                // ---- online softmax; rescale what O holds so far ---------------------------
-                // (Under kCapOffset's fixed offset: the exponentials alone.)
-                if (T::kCapOffset && cap_offset) {
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt) softmax.exp_cap_offset_m_tile(s, mt, score_scale_log2);
-                } else {
-                    float o_scale[2 * kMTiles];
-                    if (softmax.update(s, score_scale_log2, o_scale)) {
-    #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt)
-    #pragma unroll
-                            for (int ot = 0; ot < kOTiles; ++ot)
-    #pragma unroll
-                                for (int e = 0; e < 4; ++e) o_acc[mt][ot][e] *= o_scale[mt * 2 + e / 2];
-                    }
-                }
-            }  // warp_visits
-
-            cp_async_wait<kWaitV>();  // V(tile) has landed for this thread ...
-            __syncthreads();          // ... and for every thread
-
-            // ---- PV GEMM: O += P V, P packed from the S fragments in registers ---------------
-            if (warp_visits) {
-    #pragma unroll
-                for (int ks = 0; ks < T::kPvSteps; ++ks) {
-                    u32 a[kMTiles][4];
-    #pragma unroll
-                    for (int mt = 0; mt < kMTiles; ++mt) {
-                        a[mt][0] = pack2<kBf16>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
-                        a[mt][1] = pack2<kBf16>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
-                        a[mt][2] = pack2<kBf16>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
-                        a[mt][3] = pack2<kBf16>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
-                    }
-    #pragma unroll
-                    for (int dp = 0; dp < kOTiles / 2; ++dp) {
-                        u32 b[4];
-                        ldmatrix_x4_trans(b, LayoutV::at(v_base, ks * 16, dp));
-    #pragma unroll
-                        for (int mt = 0; mt < kMTiles; ++mt) {
-                            mma_16816<kBf16>(o_acc[mt][2 * dp], a[mt], b[0], b[1]);
-                            mma_16816<kBf16>(o_acc[mt][2 * dp + 1], a[mt], b[2], b[3]);
-                        }
-                    }
-                }
-            }  // warp_visits
-            if constexpr (kStages == 1) {
-                __syncthreads();  // every warp is done with the V buffer
-                if (tile + 1 < n_tiles) load_v(tile + 1, true);
-                cp_async_commit();
-            }
-        }
+        float s[kMTiles][kNTiles][4];
+        u32 a_qk[kMTiles][4];
+        float o_scale[2 * kMTiles];
+        u32 a_pv[kMTiles][4];
+        key_loop<T>(params, block, keys, kv, lanes, smem.scalars, o_acc, softmax, q_frag, cap_offset,
+                    score_scale_log2, KeyBlockFragments<T>{s, a_qk, o_scale, a_pv});
     }
 
-    // ---- epilogue: O / rowsum -> shared -> global (16-byte stores); LSE per row -----------
+    // ---- epilogue: O / rowsum -> shared -> global (16-byte stores); LSE per row -------------
     cp_async_wait<0>();
     __syncthreads();  // all warps are past their last read of Q: its space takes O
     // Where this block's rows go, read again rather than held in registers over the loop.
     const SeqView seq_out = seq_view<T::kPaged>(params, blockIdx.z);
+    const int kGroup = T::kPackGqa ? block.group : 1;
     const int seq_rows = seq_out.seqlen_q * kGroup;
     float o_norm[2 * kMTiles];
     float lse[2 * kMTiles];
-    // Sink logits per row: one head per block, or with pack-GQA the head of each row.
     float sink_log2[2 * kMTiles];
-#pragma unroll
-    for (int r = 0; r < 2 * kMTiles; ++r) {
-        const int row = row_begin + warp_row + (r / 2) * 16 + (r % 2) * 8 + quad_row;
-        sink_log2[r] = T::kSinks ? params.sinks[head + row % kGroup] * kLog2e : neg_inf();
-    }
+    sink_logits<T>(params, block, sink_log2);
     // Under kCapOffset's fixed offset the max holds it in log2 units already.
     softmax.finalize(cap_offset ? 1.f : score_scale_log2, sink_log2, o_norm, lse);
-    // The thread's first fragment position; the others are a constant away (chunk_at).
-    const u32 o_frag = u32(LayoutV::offset(warp_row + quad_row, quad_col * 2)) * 2;
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float norm = o_norm[mt * 2 + h];
-#pragma unroll
-            for (int ot = 0; ot < kOTiles; ++ot) {
-                *reinterpret_cast<u32*>(reinterpret_cast<unsigned char*>(o_smem) +
-                                        LayoutV::chunk_at(o_frag, mt * 16 + h * 8, ot)) =
-                    pack2<kBf16>(o_acc[mt][ot][2 * h] * norm, o_acc[mt][ot][2 * h + 1] * norm);
-            }
-        }
-    if (quad_col == 0) {
-        float* const lse_gmem = params.lse + seq_out.lse_offset + head * params.lse_head_stride;
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row_begin + warp_row + mt * 16 + h * 8 + quad_row;
-                if (row < seq_rows) lse_gmem[(row % kGroup) * params.lse_head_stride + row / kGroup] = lse[mt * 2 + h];
-            }
-    }
+    stage_o<T>(block, o_acc, o_norm, smem.o);
+    store_lse<T>(params, block, seq_out, seq_rows, lse);
     __syncthreads();
-    u16* const o_gmem = static_cast<u16*>(params.o) + seq_out.o_offset + head * params.o_head_stride;
-    if constexpr (T::kPackGqa) {
-        store_rows<T::kBlockM, typename T::LayoutV, T::kThreads>(
-            [&](int r) {
-                const int row = row_begin + r;
-                return o_gmem + i64(row / kGroup) * params.o_row_stride + (row % kGroup) * params.o_head_stride;
-            },
-            o_smem, seq_rows - row_begin, tid);
-    } else {
-        RowWalkCopy<T::kBlockM, typename T::LayoutV, T::kThreads>(tid).store(
-            o_gmem + i64(row_begin) * params.o_row_stride, params.o_row_stride, o_smem, seq_rows - row_begin);
-    }
+    store_o<T>(params, block, seq_out, seq_rows, smem.o);
 }
 
 }  // namespace portable

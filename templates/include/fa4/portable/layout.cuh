@@ -5,9 +5,11 @@
 // Swizzled (rows of a multiple of 128 bytes): rows kCols apart, chunk c of row r stored at
 // chunk c ^ (r % 8). Conflict-free as well, and every row starts on a 128-byte line, which
 // cp.async then fills whole: padded rows straddle lines, which cost 50% extra L2 sectors
-// and 21% extra shared-memory wavefronts in the d128 kernel (bench/NOTES.md).
+// and 21% extra shared-memory wavefronts in the d128 kernel (ncu); swizzled, d64 ran 6
+// to 8% faster.
 #pragma once
 
+#include "fa4/common/tile_copy.cuh"
 #include "fa4/common/types.cuh"
 
 namespace fa4 {
@@ -75,6 +77,30 @@ struct SmemLayout {
         } else {
             return first + row_bytes;
         }
+    }
+};
+
+// The block's shared memory (Traits T): Q, then kStages K slots, then kStages V slots.
+// The epilogue stages O where Q was: Q is dead once the last QK GEMM is done. The
+// per-block scalars sit in the padding of the first K row, which no copy writes; swizzled
+// rows have none, and the scalars follow the tiles.
+template <class T>
+struct SmemTiles {
+    u16* q;
+    u16* o;
+    u16* k;
+    u16* v;
+    BlockScalars* scalars;
+
+    static_assert(sizeof(BlockScalars) == 16 && (T::kSwizzle || T::kPad == 8), "the scalars take 16 bytes");
+
+    __device__ __forceinline__ explicit SmemTiles(unsigned char* raw) {
+        q = reinterpret_cast<u16*>(raw);
+        o = q;
+        k = q + T::kSmemQO;
+        v = k + T::kStages * T::kSmemK;
+        scalars = reinterpret_cast<BlockScalars*>(T::kSwizzle ? raw + T::kSmemTilesBytes
+                                                              : reinterpret_cast<unsigned char*>(k + T::kHeadDim));
     }
 };
 

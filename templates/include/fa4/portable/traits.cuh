@@ -43,7 +43,7 @@ struct Traits {
 
     // f32 accumulator registers per thread (O and S). Tiles past 160 form their K/V
     // loads' step offsets anew each tile (StepAddress::kOpaque32): the hoisted form
-    // spills them at the 255-register limit (d128 128x64, measured in bench/NOTES.md).
+    // spills them at the 255-register limit (d128 128x64 causal: 60 bytes).
     static constexpr int kAccumulatorRegs = kMTiles * (kOTiles + kNTiles) * 4;
     static constexpr bool kCompactLoads = kAccumulatorRegs > 160;
 
