@@ -23,7 +23,7 @@ enum class StepAddress {
     // accumulator tiles do not have).
     kHoisted32,
     // kHoisted32's offsets, recomputed each tile from a value hidden from the optimiser:
-    // about seven instructions per copy (counted in the SASS: bench/NOTES.md), two
+    // about seven instructions per copy (counted in the SASS), two
     // registers held across the loop.
     kOpaque32,
 };
