@@ -20,6 +20,7 @@
 //! - `policy`: how a candidate is timed and checked (the problem per bucket, the
 //!   timing budget, the finals' settling and passes), as recorded with every record;
 //! - `scope`: which keys a run covers (buckets, shards) and how long it may take;
+//! - `session`: where a spec's records go ([`Session`]) and what its run did ([`Counts`]);
 //! - `spec`: the loop over one spec's keys, screening then finals ([`tune_spec`]);
 //! - `resume`: the records as a run finds them, current, stale or missing, and the
 //!   timings carried over from another template version;
@@ -35,6 +36,7 @@ mod pipeline;
 mod policy;
 mod resume;
 mod scope;
+mod session;
 mod spec;
 mod winners;
 
@@ -58,7 +60,8 @@ pub use scope::{
     default_features, default_masks, parse_buckets, parse_budget, parse_shard, shard_keys,
     stale_outside,
 };
-pub use spec::{tune_spec, Counts, Session};
+pub use session::{Counts, Session};
+pub use spec::tune_spec;
 pub use winners::{winners, WinnerRow};
 
 /// A tuning key without the device (the device is the one measuring).

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use fa4_spec::TileConfig;
 
 use super::finals::{finalists, finals_complete};
-use super::spec::{Counts, Session};
+use super::session::{Counts, Session};
 use super::{timing_policy, Key, Progress, TuneError, TuneKernel, FINAL_PASSES, KEY_WARMUP_MS};
 use crate::db::{Candidate, Device, Outcome, Record, TuningDb};
 use crate::space::Template;
