@@ -194,29 +194,33 @@ pub struct Planned {
 /// Every candidate of `template` for `spec`, each with its static verdict; the
 /// heuristic default is marked.
 pub fn plan(template: Template, spec: &KernelSpec) -> Vec<Planned> {
+    let default = template.default_config(spec);
     template
         .candidates(spec)
         .into_iter()
         .map(|config| {
-            planned(Candidate {
+            let candidate = Candidate {
                 template,
                 spec: *spec,
                 config,
-            })
+            };
+            judged(candidate, &default)
         })
         .collect()
 }
 
 /// One candidate with its static verdict, marked where it is its spec's default.
 pub fn planned(candidate: Candidate) -> Planned {
-    let Candidate {
-        template,
-        spec,
-        config,
-    } = &candidate;
+    let default = candidate.template.default_config(&candidate.spec);
+    judged(candidate, &default)
+}
+
+/// `candidate` with its static verdict; `default` is its spec's default config (worked
+/// out once per spec by [`plan`]).
+fn judged(candidate: Candidate, default: &TileConfig) -> Planned {
     Planned {
-        is_default: *config == template.default_config(spec),
-        verdict: template.check(spec, config),
+        is_default: candidate.config == *default,
+        verdict: candidate.template.check(&candidate.spec, &candidate.config),
         candidate,
     }
 }
