@@ -47,6 +47,13 @@ pub struct BenchArgs {
     /// llama-3-8b, or all. Each layer brings its own head dim, heads, mask and features.
     #[arg(long, value_delimiter = ',')]
     pub layers: Vec<String>,
+    /// Time serving batches instead of the grid: ragged prefill mixes (prompts of mixed
+    /// length packed with cu_seqlens, a chunked-prefill step behind cached prefixes) on
+    /// the attention layers of llama-3-8b (32:8 heads, d128) and gpt-oss-20b (64:8, d64),
+    /// causal, or all. Rows carry the mix and its lengths (`bench/peers_serving.py`
+    /// times the peers on the same batches).
+    #[arg(long, value_delimiter = ',')]
+    pub serving: Vec<String>,
     /// Hand the grid's batches over packed with cu_seqlens (varlen) instead of dense.
     #[arg(long)]
     pub varlen: bool,
@@ -236,7 +243,18 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
         }
     };
     // Cells, each with the feature sets it is timed with.
-    let cells: Vec<(fa4_gen::measure::bench::Cell, Vec<Features>)> = if a.layers.is_empty() {
+    if !a.serving.is_empty() && !a.layers.is_empty() {
+        return Err(CliError::Usage(
+            "--serving and --layers each choose the cells: give one of them".into(),
+        ));
+    }
+    let cells: Vec<(fa4_gen::measure::bench::Cell, Vec<Features>)> = if !a.serving.is_empty() {
+        fa4_gen::measure::bench::serving_cells(&a.serving)
+            .map_err(CliError::Usage)?
+            .into_iter()
+            .map(|cell| (cell, vec![Features::default()]))
+            .collect()
+    } else if a.layers.is_empty() {
         fa4_gen::measure::bench::paper_grid(
             &a.head_dim,
             &a.seqlen,
@@ -393,7 +411,9 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
                 fa4_spec::head_dims_name(row.hdim, row.hdim_v),
                 row.seqlen,
                 cell.mask.name(),
-                features.name(),
+                // a serving row's mix stands where the grid's feature set does
+                cell.mix
+                    .map_or_else(|| features.name(), |m| format!("{}/{}", row.layer.unwrap_or(""), m.name)),
                 row.batch,
                 row.heads,
                 row.config,

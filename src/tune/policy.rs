@@ -95,6 +95,7 @@ pub fn bucket_cell(spec: &KernelSpec, bucket: Bucket) -> Cell {
         heads_kv: heads,
         varlen: false,
         layer: None,
+        mix: None,
         features: Some(spec.features),
         mask: spec.mask,
         window,

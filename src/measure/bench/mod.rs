@@ -29,6 +29,10 @@ pub struct Cell {
     pub varlen: bool,
     /// The model layer this cell stands for, if any.
     pub layer: Option<&'static str>,
+    /// The serving batch this cell packs (`bench --serving`): its sequences' lengths;
+    /// `seqlen` and `batch` are then its longest prompt and its sequence count.
+    #[serde(skip)]
+    pub mix: Option<&'static Mix>,
     /// Score features the layer uses (grid cells: the ones asked for on the command line).
     pub features: Option<fa4_spec::Features>,
     pub mask: MaskKind,
@@ -46,7 +50,10 @@ impl Cell {
             fa4_spec::head_dims_name(self.head_dim, Some(self.head_dim_v)),
             self.seqlen
         );
-        let case = if self.varlen {
+        let case = if let Some(mix) = self.mix {
+            let name = format!("{name}_{}", mix.name);
+            Case::varlen(&name, &mix.seqlens, self.heads, self.heads_kv)
+        } else if self.varlen {
             let seqs = vec![(self.seqlen, self.seqlen); self.batch as usize];
             Case::varlen(&name, &seqs, self.heads, self.heads_kv)
         } else {
@@ -77,6 +84,7 @@ impl Cell {
             heads_kv: heads,
             varlen: false,
             layer: None,
+            mix: None,
             features: None,
             mask,
             window: (-1, -1),
@@ -194,6 +202,22 @@ pub fn paper_grid(
     cells
 }
 
+/// A cell's FLOPs: FlashAttention's convention on the grid and the layers; on a serving
+/// mix the pairs the causal mask leaves, counted exactly (a chunk of queries behind a
+/// long cached prefix sees nearly all its keys, not half).
+pub fn cell_flops(spec: &KernelSpec, cell: &Cell) -> f64 {
+    let case = cell.case();
+    match cell.mix {
+        Some(_) => {
+            case.visible_pairs(spec.mask)
+                * 2.0
+                * f64::from(spec.head_dim + spec.head_dim_v)
+                * f64::from(case.heads_q)
+        }
+        None => attention_flops(spec, &case),
+    }
+}
+
 /// One measured (kernel, cell), in the row format of `shared/bench/peers.py`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
@@ -210,6 +234,11 @@ pub struct Row {
     /// The model layer timed, for `--layers` rows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer: Option<&'static str>,
+    /// The serving mix timed, for `--serving` rows, and its (queries, keys) per sequence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mix: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seqlens: Option<Vec<(i32, i32)>>,
     pub varlen: bool,
     /// 1 for causal and local masks (compare.py's cell key); `mask` says which.
     pub causal: u8,
@@ -379,13 +408,15 @@ pub fn row(
         heads: cell.heads,
         heads_kv: cell.heads_kv,
         layer: cell.layer,
+        mix: cell.mix.map(|m| m.name),
+        seqlens: cell.mix.map(|m| m.seqlens.clone()),
         varlen: cell.varlen,
         causal: (spec.mask != MaskKind::None) as u8,
         mask: spec.mask,
         window: cell.window,
         features: spec.features,
         ms,
-        tflops: attention_flops(spec, &cell.case()) / (ms * 1e-3) / 1e12,
+        tflops: cell_flops(spec, cell) / (ms * 1e-3) / 1e12,
         ms_min: times[0],
         ms_max: times[times.len() - 1],
         runs: times.len(),
@@ -399,9 +430,11 @@ pub fn row(
 
 mod host;
 mod run;
+mod serving;
 
 pub use host::{host_cost, HostCost};
 pub use run::{run, BenchPlan, Event, TunedChoices};
+pub use serving::{serving_cells, serving_mixes, Mix, SERVING_MODELS};
 
 #[cfg(test)]
 mod tests;
