@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig};
+use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig, VARLEN_KERNEL_ENTRY};
 use rayon::prelude::*;
 
-use crate::compile::{code, resources};
+use crate::compile::{code, resources, varlen_options};
 use crate::compile::{Nvrtc, Reporter};
 use crate::db::{self, GpuId, Record};
 use crate::fsutil::{write_atomic, WriteError};
@@ -341,8 +341,27 @@ pub fn build(
                 }
                 let src_rel = format!("{arch}/src/{name}");
                 let cubin_rel = format!("{arch}/{id}.cubin");
+                // The varlen build beside it (a kernel whose varlen build spills ships
+                // without: varlen batches then take the dense build and grid).
+                let varlen = match footprint.varlen_tiles {
+                    false => None,
+                    true => {
+                        let output = nvrtc
+                            .compile(&name, &rendered.source, &headers, &varlen_options(&rendered.options))?
+                            .map_err(|f| CacheBuildError::Compile {
+                                id: id.clone(),
+                                log: f.log,
+                            })?;
+                        resources::parse(&output.log, VARLEN_KERNEL_ENTRY)
+                            .filter(|r| r.disqualification().is_none())
+                            .map(|_| output.cubin)
+                    }
+                };
                 write_if_differs(&out.join(&src_rel), rendered.source.as_bytes())?;
                 write_if_differs(&out.join(&cubin_rel), &output.cubin)?;
+                if let Some(cubin) = &varlen {
+                    write_if_differs(&out.join(fa4_spec::varlen_cubin_path(&cubin_rel)), cubin)?;
+                }
                 reporter.compiled();
                 Ok((
                     id.clone(),
@@ -355,6 +374,7 @@ pub fn build(
                         cubin_hash: format!("{:016x}", fnv1a64(&output.cubin)),
                         code_hash: code::code_hash(&output.cubin, &res).unwrap_or_default(),
                         registers: res.registers,
+                        varlen_cubin_hash: varlen.map(|c| format!("{:016x}", fnv1a64(&c))),
                     },
                 ))
             },
@@ -528,9 +548,14 @@ fn remove_unlisted(out: &Path, m: &Manifest) -> Result<(), WriteError> {
         .iter()
         .flat_map(|(id, k)| {
             [
-                out.join(&k.cubin),
-                out.join(format!("{}/src/{id}.cu", k.spec.arch)),
+                Some(out.join(&k.cubin)),
+                k.varlen_cubin_hash
+                    .as_ref()
+                    .map(|_| out.join(fa4_spec::varlen_cubin_path(&k.cubin))),
+                Some(out.join(format!("{}/src/{id}.cu", k.spec.arch))),
             ]
+            .into_iter()
+            .flatten()
         })
         .collect();
     for arch in m.archs.keys() {

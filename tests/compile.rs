@@ -183,6 +183,7 @@ fn spilling_configs_are_rejected_with_the_reason() {
             causal_m_blocks_in_y: false,
             split_head_dim_v: 0,
             cluster_m: 0,
+            varlen_tiles: false,
         }),
     });
     let summary = compile::build(&nvrtc(), &renderer, &build, &planned, &Silent).unwrap();
@@ -553,4 +554,49 @@ fn hidden_first_block_configs_compile() {
         |k: &compile::BuiltKernel| std::fs::read_to_string(dir.path().join(&k.source)).unwrap();
     assert!(src(hidden).contains("kHiddenFirst = true"));
     assert!(src(plain).contains("kHiddenFirst = false"));
+}
+
+/// A warp-specialised Hopper kernel without a cluster gets its varlen build beside its
+/// cubin (the entry varlen batches launch, built apart so the dense entry's code stays
+/// as timed); cluster kernels and the kernel without warp specialisation have none.
+#[test]
+fn varlen_builds_sit_beside_the_dense_cubin() {
+    let dir = tempfile::tempdir().unwrap();
+    let pick = |mask, want: &dyn Fn(&TileConfig) -> bool| {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, mask);
+        space::plan(Template::Hopper, &spec)
+            .into_iter()
+            .find(|p| want(&p.candidate.config))
+            .unwrap()
+    };
+    let planned = vec![
+        pick(MaskKind::Causal, &|c| {
+            c.switch("ws", 0) == 1 && c.switch("persistent", 0) == 1 && c.block_n == 128
+        }),
+        pick(MaskKind::Causal, &|c| {
+            c.switch("ws", 0) == 1 && c.switch("persistent", 0) == 0 && c.block_n == 128
+        }),
+        pick(MaskKind::None, &|c| c.switch("cluster", 0) == 2),
+        pick(MaskKind::Causal, &|c| c.switch("ws", 0) == 0),
+    ];
+    let report = compile_all_cleanly(dir.path(), &planned);
+    for k in &report.kernels {
+        let c = &k.candidate.config;
+        let expected = c.switch("ws", 0) == 1 && c.switch("cluster", 0) < 2;
+        assert_eq!(k.footprint.varlen_tiles, expected, "{}", k.id.0);
+        assert_eq!(k.varlen_cubin_hash.is_some(), expected, "{}", k.id.0);
+        let dense = std::fs::read(dir.path().join(&k.cubin)).unwrap();
+        let has = |bytes: &[u8], name: &[u8]| bytes.windows(name.len()).any(|w| w == name);
+        assert!(!has(&dense, b"fa4_fwd_varlen"), "{}", k.id.0);
+        let varlen = dir.path().join(fa4_gen::spec::varlen_cubin_path(&k.cubin));
+        assert_eq!(varlen.exists(), expected, "{}", k.id.0);
+        if expected {
+            let bytes = std::fs::read(&varlen).unwrap();
+            assert!(has(&bytes, b".text.fa4_fwd_varlen"), "{}", k.id.0);
+            assert!(!has(&bytes, b".text.fa4_fwd\0"), "{}", k.id.0);
+            assert!(k.varlen_registers.is_some_and(|r| r > 0), "{}", k.id.0);
+            let src = std::fs::read_to_string(dir.path().join(&k.source)).unwrap();
+            assert!(src.contains("#ifndef FA4_VARLEN_ENTRY"), "{}", k.id.0);
+        }
+    }
 }

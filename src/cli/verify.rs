@@ -77,8 +77,19 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
         "spec", "config", "case", "O rel L2", "LSE err", "TFLOP/s"
     );
     let mut results = Vec::new();
-    for fa4_gen::measure::kernels::ReadyKernel { built, cubin } in &kernels {
-        let kernel = FwdKernel::load(&gpu, cubin, built.candidate.spec, built.footprint)?;
+    for fa4_gen::measure::kernels::ReadyKernel {
+        built,
+        cubin,
+        varlen_cubin,
+    } in &kernels
+    {
+        let kernel = FwdKernel::load(
+            &gpu,
+            cubin,
+            varlen_cubin.as_deref(),
+            built.candidate.spec,
+            built.footprint,
+        )?;
         for case in &cases {
             let case_seed = fnv1a64(format!("{seed}/{}/{}", built.id, case.name).as_bytes());
             let r = verify::run_case(&gpu, &support, &kernel, built, case, case_seed)?;

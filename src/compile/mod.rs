@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsutil::{ensure_writable_dir, write_atomic, write_if_changed, WriteError};
 use crate::render::{KernelId, RenderError, Renderer};
 use crate::space::{Candidate, Footprint, Planned, RejectKind, Rejection};
-use fa4_spec::KERNEL_ENTRY;
+use fa4_spec::{KERNEL_ENTRY, VARLEN_KERNEL_ENTRY};
 pub use nvrtc::{CompileFailure, Nvrtc, NvrtcError};
 pub use resources::Resources;
 
@@ -132,6 +132,23 @@ impl BuildDir {
         }
         Ok(bytes)
     }
+
+    /// The varlen build's cubin of `k`, where it has one, checked against the report.
+    pub fn read_varlen_cubin(&self, k: &BuiltKernel) -> Result<Option<Vec<u8>>, String> {
+        let Some(hash) = &k.varlen_cubin_hash else {
+            return Ok(None);
+        };
+        let path = self.path(&fa4_spec::varlen_cubin_path(&k.cubin));
+        let bytes =
+            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if format!("{:016x}", fnv1a64(&bytes)) != *hash {
+            return Err(format!(
+                "{} does not match its build report (hash differs): rebuild with `fa4-gen compile`",
+                path.display()
+            ));
+        }
+        Ok(Some(bytes))
+    }
 }
 
 /// Everything built for one arch.
@@ -164,8 +181,23 @@ pub struct BuiltKernel {
     /// written before it existed.
     #[serde(default)]
     pub code_hash: String,
+    /// The varlen build (`fa4_spec::varlen_cubin_path` of `cubin`) of a kernel with
+    /// `Footprint::varlen_tiles`: its cubin's hash and registers, `None` where there is
+    /// none (a varlen build that spills is left out: varlen batches then take the dense
+    /// build). The code hash covers the dense build alone: the tuner times dense batches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub varlen_cubin_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub varlen_registers: Option<u32>,
     pub nvrtc_version: String,
     pub compile_ms: u64,
+}
+
+/// The NVRTC options of a kernel's varlen build (`FA4_VARLEN_ENTRY` selects its entry).
+pub fn varlen_options(options: &[String]) -> Vec<String> {
+    let mut options = options.to_vec();
+    options.push("-DFA4_VARLEN_ENTRY".into());
+    options
 }
 
 /// A candidate set aside, statically or after compiling, and why.
@@ -180,8 +212,10 @@ pub struct RejectedKernel {
     pub rejection: Rejection,
 }
 
-/// What became of one candidate.
+/// What became of one candidate. (Built outweighs Rejected, but outcomes are few, one
+/// per candidate of a build, and every consumer reads the built kernel in place.)
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
 pub enum Outcome {
     Built { kernel: BuiltKernel, reused: bool },
     Rejected(RejectedKernel),
@@ -382,7 +416,6 @@ fn compile_one(
         headers,
         &rendered.options,
     )?;
-    let compile_ms = started.elapsed().as_millis() as u64;
     let reject = |kind, reason: String| {
         let _ = std::fs::remove_file(&cubin_path);
         Outcome::Rejected(RejectedKernel {
@@ -428,6 +461,28 @@ fn compile_one(
     if let Some(reason) = resources.disqualification() {
         return Ok((reject(RejectKind::Spills, reason), None));
     }
+    // The varlen build, apart (hopper_fwd.cu.tera says why).
+    let mut varlen_registers = None;
+    let mut varlen_cubin_hash = None;
+    let varlen_path = dir.path(&fa4_spec::varlen_cubin_path(&cubin_rel));
+    let _ = std::fs::remove_file(&varlen_path);
+    if footprint.varlen_tiles {
+        let options = varlen_options(&rendered.options);
+        let result = nvrtc.compile(&source_path.display().to_string(), &rendered.source, headers, &options)?;
+        let output = match result {
+            Ok(output) => output,
+            Err(failure) => {
+                let outcome = reject(RejectKind::Compile, "NVRTC: the varlen build failed".into());
+                return Ok((outcome, Some((source_path, failure))));
+            }
+        };
+        let res = resources::parse(&output.log, VARLEN_KERNEL_ENTRY);
+        if let Some(res) = res.filter(|r| r.disqualification().is_none()) {
+            write_atomic(&varlen_path, &output.cubin)?;
+            varlen_cubin_hash = Some(format!("{:016x}", fnv1a64(&output.cubin)));
+            varlen_registers = Some(res.registers);
+        }
+    }
     write_atomic(&cubin_path, &output.cubin)?;
     let code_hash = code::code_hash(&output.cubin, &resources).unwrap_or_default();
     let kernel = BuiltKernel {
@@ -441,8 +496,10 @@ fn compile_one(
         cubin: cubin_rel,
         cubin_hash: format!("{:016x}", fnv1a64(&output.cubin)),
         code_hash,
+        varlen_cubin_hash,
+        varlen_registers,
         nvrtc_version: nvrtc.version_string(),
-        compile_ms,
+        compile_ms: started.elapsed().as_millis() as u64, // the dense build and the varlen one
     };
     Ok((
         Outcome::Built {
@@ -468,6 +525,7 @@ fn merge_into_report<'a>(
         .filter(|k| !current(&k.candidate, &k.template_hash))
     {
         let _ = std::fs::remove_file(dir.path(&stale.cubin));
+        let _ = std::fs::remove_file(dir.path(&fa4_spec::varlen_cubin_path(&stale.cubin)));
         let _ = std::fs::remove_file(dir.path(&stale.source));
     }
     report

@@ -13,6 +13,8 @@ use crate::space::{Candidate, Planned};
 pub struct ReadyKernel {
     pub built: BuiltKernel,
     pub cubin: Vec<u8>,
+    /// The varlen build's cubin, where the kernel has one.
+    pub varlen_cubin: Option<Vec<u8>>,
 }
 
 /// The kernels of `planned` whose cubins are in the build folder and match its report,
@@ -34,8 +36,15 @@ pub fn ready_kernels(
     let mut unreadable = Vec::new();
     for built in report.kernels {
         if wanted.contains_key(&built.id.0) {
-            match dir.read_cubin(&built) {
-                Ok(cubin) => out.push(ReadyKernel { built, cubin }),
+            match dir
+                .read_cubin(&built)
+                .and_then(|cubin| Ok((cubin, dir.read_varlen_cubin(&built)?)))
+            {
+                Ok((cubin, varlen_cubin)) => out.push(ReadyKernel {
+                    built,
+                    cubin,
+                    varlen_cubin,
+                }),
                 Err(e) => unreadable.push(e.to_string()),
             }
         }

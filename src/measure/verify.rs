@@ -117,6 +117,21 @@ pub fn standard_cases() -> Vec<Case> {
         )
         .window(300, 0)
         .page_size(16),
+        // More sequences than a warp scans at once (VarlenTiles), of every shape a
+        // serving batch has: empty, one token, a chunk behind a cached prefix.
+        Case::varlen(
+            "varlen_40seqs_gqa4to1",
+            &(0..40)
+                .map(|i| {
+                    let q = [0, 1, 37, 129, 300, 64, 700, 5][i % 8];
+                    (q, q + [0, 0, 500, 17][i % 4])
+                })
+                .collect::<Vec<_>>(),
+            8,
+            2,
+        )
+        .window(100, 0)
+        .page_size(16),
         Case::varlen(
             "gptoss20b_layer",
             &[(1024, 1024), (77, 77), (513, 513), (60, 700)],
@@ -260,7 +275,7 @@ pub fn run_case(
     // The kernel under test.
     kernel.launch(gpu, &params, problem.split)?;
     gpu.synchronize()?;
-    let split_tiles = launch_grid(spec.mask, &kernel.footprint, &params, gpu.info.sm_count)?
+    let split_tiles = launch_grid(spec.mask, &kernel.launch_footprint(&params), &params, gpu.info.sm_count)?
         .map_or(0, |(blocks, _, _)| {
             split_tail(&kernel.footprint, &params, blocks, problem.split)
         });

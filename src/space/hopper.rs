@@ -551,6 +551,9 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
             0
         },
         cluster_m: if cluster_m(c) > 1 { cluster_m(c) } else { 0 },
+        // (tile_scheduler.cuh: the warp-specialised kernel without a cluster, whose
+        // pairs of m-blocks a varlen numbering would break)
+        varlen_tiles: warp_specialized(c) && cluster_m(c) <= 1,
     })
 }
 
@@ -717,6 +720,7 @@ pub(super) fn render_values(
         ("hidden_first", json!(c.switch(HIDDEN_FIRST, 0) == 1)),
         ("mufu_turns", json!(c.switch(MUFU_TURNS, 0) == 1)),
         ("cluster_m", json!(cluster_m(c))),
+        ("varlen_tiles", json!(fp.varlen_tiles)),
         ("blocks_per_sm", json!(split.blocks_per_sm)),
         ("producer_regs", json!(split.producer)),
         ("consumer_regs", json!(split.consumer)),

@@ -370,6 +370,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         causal_m_blocks_in_y: spec.mask == MaskKind::Causal && c.switch(PACK_GQA, 0) == 0,
         split_head_dim_v: 0,
         cluster_m: 0,
+        varlen_tiles: false,
     })
 }
 

@@ -65,6 +65,7 @@ impl<'g> GpuMeasurer<'g> {
             let f = FwdKernel::load(
                 self.gpu,
                 &k.cubin,
+                None, // the tuner times dense batches
                 k.built.candidate.spec,
                 k.built.footprint,
             )?;

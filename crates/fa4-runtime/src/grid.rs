@@ -22,6 +22,11 @@ use crate::checks::ProblemError;
 /// takes its heaviest m-block first, then its next. Past y's 65535 m-blocks it is an
 /// error that says how to split the queries.
 ///
+/// A kernel with `varlen_tiles` given a varlen batch takes its tiles sequence by sequence
+/// (`hopper/tile_scheduler.cuh`'s VarlenTiles) from a grid of one dimension: one block per
+/// tile the batch can have (the longest sequence's m-blocks for every sequence), or a
+/// persistent grid over them.
+///
 /// A causal kernel with `section_key_bytes` takes one block per tile from a grid of
 /// `(section pairs x m-blocks, sections)` (`schedule.cuh`): the hardware hands blocks out
 /// in launch order, so within a section the heaviest m-block of every pair goes first
@@ -57,6 +62,25 @@ pub fn launch_grid(
         grid_x = grid_x.next_multiple_of(u64::from(footprint.cluster_m));
     }
     let pairs = u64::from(heads) * params.batch as u64;
+    if footprint.varlen_tiles && params.cu_seqlens_q != 0 {
+        // A varlen batch's tiles, sequence by sequence (`tile_scheduler.cuh`): the
+        // longest sequence's m-blocks for every sequence bound them; the blocks past the
+        // batch's last tile find no rows and leave.
+        let tiles = grid_x * pairs;
+        if tiles > i32::MAX as u64 {
+            return Err(ProblemError::TooLarge {
+                what: "work tiles of the varlen batch",
+                value: tiles as i64,
+                max: i32::MAX as i64,
+                hint: "split the batch into calls of fewer sequences or tokens",
+            });
+        }
+        let blocks = match footprint.persistent_per_sm {
+            0 => tiles,
+            per_sm => tiles.min(u64::from(per_sm * sm_count.max(1))),
+        };
+        return Ok(Some((blocks as u32, 1, 1)));
+    }
     if footprint.persistent_per_sm > 0 {
         let tiles = grid_x * pairs;
         let mut blocks = u64::from(footprint.persistent_per_sm * sm_count.max(1));
@@ -95,6 +119,16 @@ pub fn launch_grid(
         return Ok(Some(((section_pairs * grid_x) as u32, sections as u32, 1)));
     }
     Ok(Some((grid_x as u32, heads, params.batch as u32)))
+}
+
+/// The footprint a launch runs with: a varlen batch goes to the kernel's varlen build
+/// (`fa4_spec::VARLEN_KERNEL_ENTRY`) where it has one, with `varlen_tiles` kept; anything
+/// else runs the dense build, whose grid is the dense one (`varlen_tiles` false).
+pub fn launch_footprint(footprint: &Footprint, params: &FwdParams, has_varlen_build: bool) -> Footprint {
+    Footprint {
+        varlen_tiles: footprint.varlen_tiles && has_varlen_build && params.cu_seqlens_q != 0,
+        ..*footprint
+    }
 }
 
 /// The counters at the head of a split workspace (`split.cuh`): one per (block,

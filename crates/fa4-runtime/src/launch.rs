@@ -16,10 +16,17 @@ use cudarc::driver::sys::{
     self, CUcontext, CUdevice_attribute, CUfunction, CUfunction_attribute, CUmodule, CUresult,
     CUstream,
 };
+use fa4_spec::manifest::KernelEntry;
 use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams};
 
+/// The cubins' entries (`fa4_spec::KERNEL_ENTRY`, `VARLEN_KERNEL_ENTRY`), NUL-terminated.
+const KERNEL_ENTRY_C: &CStr = c"fa4_fwd";
+const VARLEN_ENTRY_C: &CStr = c"fa4_fwd_varlen";
+const _: () = assert!(KERNEL_ENTRY_C.count_bytes() == fa4_spec::KERNEL_ENTRY.len());
+const _: () = assert!(VARLEN_ENTRY_C.count_bytes() == fa4_spec::VARLEN_KERNEL_ENTRY.len());
+
 use crate::checks::{check_problem_for, ProblemError};
-use crate::grid::{check_split_workspace, launch_grid, SplitWorkspace};
+use crate::grid::{check_split_workspace, launch_footprint, launch_grid, SplitWorkspace};
 use crate::select::{mask_of, KernelCache, Query, Reason, SelectError};
 use crate::tma::TmaFwdParams;
 
@@ -123,6 +130,8 @@ impl std::fmt::Display for Device {
 struct Loaded {
     module: CUmodule,
     func: CUfunction,
+    /// The varlen build (`KernelEntry::varlen_cubin_hash`), where the kernel has one.
+    varlen: Option<(CUmodule, CUfunction)>,
 }
 // SAFETY: CUDA module and function handles may be used from any thread of the process;
 // the runtime only launches them in the context they were loaded in.
@@ -317,7 +326,34 @@ impl Runtime {
             return Ok(k);
         }
         let entry = &self.cache.kernels()[position].1;
-        let path = self.cache.dir().join(&entry.cubin);
+        let (module, func) = self.load_cubin(&entry.cubin, &entry.cubin_hash, KERNEL_ENTRY_C, entry, device)?;
+        let varlen = match &entry.varlen_cubin_hash {
+            None => None,
+            Some(hash) => {
+                let cubin = fa4_spec::varlen_cubin_path(&entry.cubin);
+                match self.load_cubin(&cubin, hash, VARLEN_ENTRY_C, entry, device) {
+                    Ok(loaded) => Some(loaded),
+                    Err(e) => {
+                        // SAFETY: loaded above, held by nothing else.
+                        unsafe { sys::cuModuleUnload(module) };
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(self.loaded[position].get_or_init(|| Loaded { module, func, varlen }))
+    }
+
+    /// Reads, checks and loads one cubin of `entry` and gets its function `name`.
+    fn load_cubin(
+        &self,
+        cubin: &str,
+        hash: &str,
+        name: &CStr,
+        entry: &KernelEntry,
+        device: &Device,
+    ) -> Result<(CUmodule, CUfunction), PrefillError> {
+        let path = self.cache.dir().join(cubin);
         let bytes = std::fs::read(&path).map_err(|e| PrefillError::Cubin {
             path: path.clone(),
             why: format!(
@@ -325,7 +361,7 @@ impl Runtime {
                  (git holds only its sources and manifest)"
             ),
         })?;
-        check_cubin(&bytes, &entry.cubin_hash, device)
+        check_cubin(&bytes, hash, device)
             .map_err(|why| PrefillError::Cubin { path, why })?;
         let mut module: CUmodule = std::ptr::null_mut();
         // SAFETY: `bytes` is a whole cubin that outlives the call; the bound context is
@@ -334,12 +370,10 @@ impl Runtime {
             sys::cuModuleLoadData(&mut module, bytes.as_ptr().cast())
         })?;
         let mut func: CUfunction = std::ptr::null_mut();
-        let entry_name = c"fa4_fwd";
-        debug_assert_eq!(entry_name.to_str(), Ok(fa4_spec::KERNEL_ENTRY));
         let loaded = (|| {
             // SAFETY: a live module and a NUL-terminated name.
             cuda("cuModuleGetFunction", unsafe {
-                sys::cuModuleGetFunction(&mut func, module, entry_name.as_ptr())
+                sys::cuModuleGetFunction(&mut func, module, name.as_ptr())
             })?;
             if entry.footprint.smem_bytes > 48 * 1024 {
                 // SAFETY: a live function handle.
@@ -358,7 +392,7 @@ impl Runtime {
             unsafe { sys::cuModuleUnload(module) };
             return Err(e);
         }
-        Ok(self.loaded[position].get_or_init(|| Loaded { module, func }))
+        Ok((module, func))
     }
 
     /// Loads every kernel of the bound device's arch now, so that no serving call pays
@@ -397,17 +431,22 @@ impl Runtime {
             reason: selected.reason,
             launched,
         };
-        let Some((gx, gy, gz)) = launch_grid(
-            selected.kernel.spec.mask,
+        // A varlen batch runs the kernel's varlen build where it has one.
+        let fp = &launch_footprint(
             &selected.kernel.footprint,
             &params,
-            device.sm_count,
-        )?
+            selected.kernel.varlen_cubin_hash.is_some(),
+        );
+        let Some((gx, gy, gz)) =
+            launch_grid(selected.kernel.spec.mask, fp, &params, device.sm_count)?
         else {
             return Ok(launched(false));
         };
         let kernel = self.kernel(selected.position, device)?;
-        let fp = &selected.kernel.footprint;
+        let func = match kernel.varlen {
+            Some((_, varlen)) if fp.varlen_tiles => varlen,
+            _ => kernel.func,
+        };
         // TMA kernels take the tensor maps over Q, K and V after the parameters.
         let mut arg = params;
         let mut tma_arg;
@@ -423,7 +462,7 @@ impl Runtime {
         // and strides, and the grid fits the launch limits (launch_grid).
         cuda("cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(
-                kernel.func,
+                func,
                 gx,
                 gy,
                 gz,
@@ -455,6 +494,9 @@ impl Drop for Runtime {
             }
             for k in self.loaded.iter_mut().filter_map(|k| k.take()) {
                 sys::cuModuleUnload(k.module);
+                if let Some((varlen, _)) = k.varlen {
+                    sys::cuModuleUnload(varlen);
+                }
             }
             let mut popped = std::ptr::null_mut();
             sys::cuCtxPopCurrent_v2(&mut popped);

@@ -38,6 +38,7 @@ pub(crate) fn entry(spec: KernelSpec, config: TileConfig) -> KernelEntry {
         causal_m_blocks_in_y: true,
         split_head_dim_v: 0,
         cluster_m: 0,
+        varlen_tiles: false,
     };
     KernelEntry {
         template: Template::Portable,
@@ -48,6 +49,7 @@ pub(crate) fn entry(spec: KernelSpec, config: TileConfig) -> KernelEntry {
         cubin_hash: "0".into(),
         code_hash: String::new(),
         registers: 200,
+        varlen_cubin_hash: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn plain_footprint(block_m: u32) -> Footprint {
         causal_m_blocks_in_y: false,
         split_head_dim_v: 0,
         cluster_m: 0,
+        varlen_tiles: false,
     }
 }
 
@@ -199,6 +200,7 @@ fn sectioned_footprint() -> Footprint {
         causal_m_blocks_in_y: false,
         split_head_dim_v: 0,
         cluster_m: 0,
+        varlen_tiles: false,
     }
 }
 
@@ -464,6 +466,7 @@ fn the_split_tail_takes_long_dense_unmasked_grids_with_idle_blocks_in_the_last_r
         causal_m_blocks_in_y: false,
         split_head_dim_v: 128,
         cluster_m: 0,
+        varlen_tiles: false,
     };
     let p = FwdParams {
         batch: 1,
@@ -548,4 +551,83 @@ fn the_split_tail_takes_long_dense_unmasked_grids_with_idle_blocks_in_the_last_r
     arg.fwd = short;
     arg.set_split_tail(&fp, 132, ws);
     assert_eq!((arg.split_tail, arg.split_workspace), (0, 0));
+}
+
+#[test]
+fn a_varlen_batch_gets_a_grid_of_one_dimension_over_its_tiles() {
+    // 36 sequences, the longest 1,500 queries; 32 query heads on 8 KV heads.
+    let ragged = FwdParams {
+        batch: 36,
+        seqlen_q: 1500,
+        seqlen_k: 1500,
+        heads_q: 32,
+        heads_kv: 8,
+        cu_seqlens_q: 0x1000,
+        cu_seqlens_k: 0x2000,
+        ..good()
+    };
+    let fp = Footprint {
+        varlen_tiles: true,
+        ..plain_footprint(128)
+    };
+    // One block per tile the batch can have: the longest sequence's 12 m-blocks for each.
+    for mask in [MaskKind::None, MaskKind::Causal, MaskKind::Local] {
+        assert_eq!(
+            launch_grid(mask, &fp, &ragged, 132).unwrap(),
+            Some((36 * 12 * 32, 1, 1)),
+            "{mask:?}"
+        );
+    }
+    // Pack-GQA: the rows are (query, head) pairs of a KV head's 4 query heads.
+    let packed = Footprint {
+        pack_gqa: true,
+        ..fp
+    };
+    assert_eq!(
+        launch_grid(MaskKind::Causal, &packed, &ragged, 132).unwrap(),
+        Some((36 * 47 * 8, 1, 1))
+    );
+    // A persistent kernel: its blocks over them, the causal sections no longer sized.
+    let persistent = Footprint {
+        persistent_per_sm: 1,
+        ..fp
+    };
+    assert_eq!(
+        launch_grid(MaskKind::Causal, &persistent, &ragged, 132).unwrap(),
+        Some((132, 1, 1))
+    );
+    let few = FwdParams {
+        batch: 1,
+        seqlen_q: 300,
+        heads_q: 8,
+        ..ragged
+    };
+    assert_eq!(
+        launch_grid(MaskKind::Causal, &persistent, &few, 132).unwrap(),
+        Some((3 * 8, 1, 1))
+    );
+    // The launch takes the varlen build (and grid) only for a varlen batch of a kernel
+    // that has one.
+    assert!(launch_footprint(&fp, &ragged, true).varlen_tiles);
+    assert!(!launch_footprint(&fp, &ragged, false).varlen_tiles);
+    let dense_batch = FwdParams {
+        cu_seqlens_q: 0,
+        ..ragged
+    };
+    assert!(!launch_footprint(&fp, &dense_batch, true).varlen_tiles);
+    assert!(!launch_footprint(&plain_footprint(128), &ragged, true).varlen_tiles);
+    // A kernel without the varlen numbering (and a dense batch) keeps the dense grid.
+    assert_eq!(
+        launch_grid(MaskKind::None, &plain_footprint(128), &ragged, 132).unwrap(),
+        Some((12, 32, 36))
+    );
+    let dense = FwdParams {
+        cu_seqlens_q: 0,
+        cu_seqlens_k: 0,
+        ..ragged
+    };
+    assert_eq!(
+        launch_grid(MaskKind::None, &fp, &dense, 132).unwrap(),
+        Some((12, 32, 36))
+    );
 }

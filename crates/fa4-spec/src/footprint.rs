@@ -2,6 +2,14 @@ use serde::{Deserialize, Serialize};
 
 /// The entry point every forward kernel exports (`extern "C" __global__`).
 pub const KERNEL_ENTRY: &str = "fa4_fwd";
+/// The entry of a kernel's varlen cubin (`Footprint::varlen_tiles`), which varlen batches
+/// launch: the same kernel built apart, with its tiles numbered sequence by sequence.
+pub const VARLEN_KERNEL_ENTRY: &str = "fa4_fwd_varlen";
+
+/// Where a kernel's varlen cubin lies: beside its cubin, `<name>.varlen.cubin`.
+pub fn varlen_cubin_path(cubin: &str) -> String {
+    format!("{}.varlen.cubin", cubin.strip_suffix(".cubin").unwrap_or(cubin))
+}
 
 /// What launching a config takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,4 +57,10 @@ pub struct Footprint {
     /// (`hopper/kernel_ws.cuh`); 0 or 1 for no cluster.
     #[serde(default)]
     pub cluster_m: u32,
+    /// The kernel has a varlen build (`VARLEN_KERNEL_ENTRY`): a varlen batch (cu_seqlens_q)
+    /// launched there takes its work tiles sequence by sequence from a grid of one
+    /// dimension (`launch_grid`, `hopper/tile_scheduler.cuh`). false, or no varlen cubin:
+    /// the dense grid, the longest sequence's m-blocks for every sequence.
+    #[serde(default)]
+    pub varlen_tiles: bool,
 }

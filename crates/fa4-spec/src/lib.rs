@@ -22,7 +22,7 @@ mod template;
 
 pub use arch::Arch;
 pub use bucket::Bucket;
-pub use footprint::{Footprint, KERNEL_ENTRY};
+pub use footprint::{varlen_cubin_path, Footprint, KERNEL_ENTRY, VARLEN_KERNEL_ENTRY};
 pub use hash::{fnv1a64, Fnv1a64};
 pub use params::FwdParams;
 pub use spec::{head_dims_name, Dtype, Features, KernelSpec, MaskKind, TileConfig};

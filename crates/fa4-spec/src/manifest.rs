@@ -11,7 +11,9 @@ use crate::{Arch, Footprint, KernelSpec, Template, TileConfig};
 /// sections (`Footprint::section_key_bytes`), which a runtime reading format 1 would
 /// launch as `m-blocks x heads x batch` and get wrong tiles from. 3: causal portable
 /// kernels read their m-block from the grid's y (`Footprint::causal_m_blocks_in_y`),
-/// which a runtime reading format 2 would not know and launch wrongly.
+/// which a runtime reading format 2 would not know and launch wrongly. (A kernel's
+/// varlen cubin, `KernelEntry::varlen_cubin_hash`, needs no new format: a runtime that
+/// does not know it launches the dense cubin with the dense grid.)
 pub const MANIFEST_FORMAT: &str = "fa4-gen kernel cache 3";
 pub const MANIFEST_FILE: &str = "manifest.json";
 
@@ -33,6 +35,10 @@ pub struct KernelEntry {
     #[serde(default)]
     pub code_hash: String,
     pub registers: u32,
+    /// FNV-1a 64 of the kernel's varlen cubin (`varlen_cubin_path`), where it has one
+    /// (`Footprint::varlen_tiles`): varlen batches launch it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub varlen_cubin_hash: Option<String>,
 }
 
 /// What serves one spec: the default, and the tuned choice per bucket where tuned.

@@ -36,6 +36,8 @@ fn built(n: usize) -> Vec<TuneKernel> {
                 cubin: String::new(),
                 cubin_hash: String::new(),
                 code_hash: format!("code{i}"),
+                varlen_cubin_hash: None,
+                varlen_registers: None,
                 nvrtc_version: "13.0".into(),
                 compile_ms: 0,
             },

@@ -132,8 +132,13 @@ pub fn run(
                         Template::Portable => format!("fa4-gen{variant}"),
                         t => format!("fa4-gen-{t}{variant}"),
                     };
-                    let kernel =
-                        FwdKernel::load(gpu, &k.cubin, built.candidate.spec, built.footprint)?;
+                    let kernel = FwdKernel::load(
+                        gpu,
+                        &k.cubin,
+                        k.varlen_cubin.as_deref(),
+                        built.candidate.spec,
+                        built.footprint,
+                    )?;
                     let times = time_kernel(
                         gpu,
                         &kernel,

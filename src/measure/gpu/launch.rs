@@ -7,9 +7,10 @@ use cudarc::driver::{
     CudaFunction, CudaModule, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
 };
 use fa4_runtime::{
-    check_problem_for, check_split_workspace, launch_grid, SplitWorkspace, TmaFwdParams,
+    check_problem_for, check_split_workspace, launch_footprint, launch_grid, SplitWorkspace,
+    TmaFwdParams,
 };
-use fa4_spec::{Footprint, FwdParams, KernelSpec, KERNEL_ENTRY};
+use fa4_spec::{Footprint, FwdParams, KernelSpec, KERNEL_ENTRY, VARLEN_KERNEL_ENTRY};
 
 use super::{driver, Gpu, GpuError};
 
@@ -29,26 +30,44 @@ unsafe impl DeviceRepr for TmaParamsArg {}
 /// A forward kernel loaded on a device.
 pub struct FwdKernel {
     func: CudaFunction,
+    /// The varlen build's entry, where the kernel has one: varlen batches launch it.
+    varlen: Option<(CudaFunction, Arc<CudaModule>)>,
     pub spec: KernelSpec,
     pub footprint: Footprint,
     _module: Arc<CudaModule>,
 }
 
 impl FwdKernel {
+    /// The kernel of `cubin`, and of `varlen_cubin` for varlen batches where given.
     pub fn load(
         gpu: &Gpu,
         cubin: &[u8],
+        varlen_cubin: Option<&[u8]>,
         spec: KernelSpec,
         footprint: Footprint,
     ) -> Result<Self, GpuError> {
         let module = gpu.load_module(cubin)?;
         let func = gpu.function(&module, KERNEL_ENTRY, footprint.smem_bytes)?;
+        let varlen = match varlen_cubin {
+            None => None,
+            Some(bytes) => {
+                let module = gpu.load_module(bytes)?;
+                let func = gpu.function(&module, VARLEN_KERNEL_ENTRY, footprint.smem_bytes)?;
+                Some((func, module))
+            }
+        };
         Ok(FwdKernel {
             func,
+            varlen,
             spec,
             footprint,
             _module: module,
         })
+    }
+
+    /// The footprint a launch on `params` runs with (`launch_footprint`).
+    pub fn launch_footprint(&self, params: &FwdParams) -> Footprint {
+        launch_footprint(&self.footprint, params, self.varlen.is_some())
     }
 
     /// Checks the problem, then launches on the GPU's stream (asynchronously); with a
@@ -61,10 +80,14 @@ impl FwdKernel {
     ) -> Result<(), GpuError> {
         check_problem_for(&self.spec, params)?;
         let split = check_split_workspace(split, gpu.info.sm_count)?;
-        let Some(grid_dim) =
-            launch_grid(self.spec.mask, &self.footprint, params, gpu.info.sm_count)?
+        let footprint = self.launch_footprint(params);
+        let Some(grid_dim) = launch_grid(self.spec.mask, &footprint, params, gpu.info.sm_count)?
         else {
             return Ok(()); // nothing to compute
+        };
+        let func = match &self.varlen {
+            Some((varlen, _)) if footprint.varlen_tiles => varlen,
+            _ => &self.func,
         };
         let cfg = LaunchConfig {
             grid_dim,
@@ -73,7 +96,7 @@ impl FwdKernel {
         };
         // TMA kernels take the tensor maps over Q, K and V after the parameters.
         let (tma_arg, plain_arg);
-        let mut launch = gpu.stream().launch_builder(&self.func);
+        let mut launch = gpu.stream().launch_builder(func);
         if self.footprint.tma_rows > 0 {
             let mut arg = TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows)
                 .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?;

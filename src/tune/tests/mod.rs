@@ -44,6 +44,8 @@ fn kernels(n: usize) -> Vec<TuneKernel> {
                     cubin: String::new(),
                     cubin_hash: String::new(),
                     code_hash: format!("code_{}", tag),
+                    varlen_cubin_hash: None,
+                    varlen_registers: None,
                     nvrtc_version: "13.0".into(),
                     compile_ms: 0,
                 },

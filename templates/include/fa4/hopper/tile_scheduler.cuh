@@ -6,6 +6,10 @@
 //   PersistentScheduler  about one block per SM, walking the tiles in rounds (a snake;
 //                        causal sections; unmasked, a split tail)
 //
+// A varlen batch (cu_seqlens_q) numbers its tiles sequence by sequence (VarlenTiles):
+// the kernel's second entry (kVarlenTiles: fa4_fwd_varlen) walks that numbering instead,
+// from a grid of one dimension; the dense entry's code is left as it was.
+//
 // Both walk `for (round = 0; round < rounds; ++round)`: coords(round) says where a round
 // puts this block (small: the consumers work it out under their last PV GEMM), work(at)
 // what the tile there covers, work_at(round) both. (The loop spells out its bound: a
@@ -68,7 +72,7 @@ struct TileMap {
     // The tile at `at`; past the last tile (m_block < 0) one with no rows.
     __device__ WorkTile work(const Coords& at) const {
         WorkTile w;
-        if (T::kPersistent && at.m_block < 0) {
+        if ((T::kPersistent || T::kVarlenTiles) && at.m_block < 0) {
             w.rows = w.row_begin = 0;
             return w;
         }
@@ -109,6 +113,99 @@ struct TileMap {
     }
 };
 
+// ---- a varlen batch's tiles, sequence by sequence -----------------------------------------
+// A packed batch numbers only the tiles that have rows: sequence after sequence (in the
+// batch's order), each its m-blocks x heads. A grid over the longest sequence's m-blocks
+// for every sequence left most blocks of a ragged batch without rows (launched, then
+// gone), and dealt a persistent grid's rounds by the longest sequence's shape. Within a
+// sequence, causal: its heaviest m-blocks first, the heads of an L2 section side by side
+// (the section's K/V stays in L2 while its m-blocks go by); unmasked and local: a head's
+// m-blocks side by side (they read the same K/V). A cluster's pairs of m-blocks keep
+// the dense grid (the host launches their dense entry).
+template <class T>
+struct VarlenTiles {
+    static_assert(!T::kVarlenTiles || T::kClusterM == 1, "a cluster's m-blocks go in pairs: no varlen numbering");
+    // The sequence a tile belongs to: its index, its first tile, its m-blocks.
+    struct Seq {
+        int batch, first_tile, m_blocks;
+    };
+
+    int heads;      // heads along the grid
+    int row_group;  // block rows per query row
+    int section;    // causal: heads per L2 section (l2_section)
+
+    // Heads whose K/V (of the longest sequence's keys) fit in 32 MB of L2, a power of two
+    // of KV heads: all query heads of a KV head come together. At least 1.
+    static __device__ int l2_section(const FwdParams& p, int heads_grid) {
+        const i64 kv_bytes = i64(imax(p.seqlen_k, 1)) * (T::kHeadDim + T::kHeadDimV) * 2;
+        int kv_heads = 1;
+        while (kv_heads < 16 && i64(2 * kv_heads) * kv_bytes <= (i64(32) << 20)) kv_heads *= 2;
+        const int per_kv = heads_grid == p.heads_kv ? 1 : p.heads_q / p.heads_kv;
+        return imin(kv_heads * per_kv, heads_grid);
+    }
+
+    __device__ int m_blocks(const FwdParams& p, int b) const {
+        const int q = imin(p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b], p.seqlen_q);
+        return ceil_div(imax(q, 0) * row_group, T::kBlockM);
+    }
+
+    // Every tile of the batch: a warp sums 32 sequences at a time (whole warps only).
+    __device__ int total(const FwdParams& p) const {
+        const int lane = threadIdx.x % 32;
+        int tiles = 0;
+        for (int base = 0; base < p.batch; base += 32) {
+            const int b = base + lane;
+            tiles += __reduce_add_sync(0xffffffffu, b < p.batch ? m_blocks(p, b) * heads : 0);
+        }
+        return tiles;
+    }
+
+    // The sequence of tile t, or batch = p.batch past the last: a warp scans 32
+    // sequences at a time (whole warps only).
+    __device__ __noinline__ Seq find(const FwdParams& p, int t) const {
+        const int lane = threadIdx.x % 32;
+        int first = 0;
+        for (int base = 0; base < p.batch; base += 32) {
+            const int b = base + lane;
+            const int mb = b < p.batch ? m_blocks(p, b) : 0;
+            int ends = mb * heads;  // the lane's sequence's end, inclusive prefix sum
+            for (int d = 1; d < 32; d *= 2) {
+                const int n = __shfl_up_sync(0xffffffffu, ends, d);
+                if (lane >= d) ends += n;
+            }
+            // Lanes whose sequence ends at or before t: a prefix of the warp.
+            const int k = __popc(__ballot_sync(0xffffffffu, first + ends <= t));
+            const int k_ends = __shfl_sync(0xffffffffu, ends, k & 31);
+            const int k_blocks = __shfl_sync(0xffffffffu, mb, k & 31);
+            if (k < 32) return Seq{base + k, first + k_ends - k_blocks * heads, k_blocks};
+            first += __shfl_sync(0xffffffffu, ends, 31);
+        }
+        return Seq{p.batch, first, 0};
+    }
+
+    // A persistent block's next tile t (its tiles only grow, t below the total): one
+    // thread's walk on from `at`.
+    __device__ void walk(const FwdParams& p, int t, Seq& at) const {
+        while (t >= at.first_tile + at.m_blocks * heads) {
+            at.first_tile += at.m_blocks * heads;
+            at.m_blocks = m_blocks(p, ++at.batch);
+        }
+    }
+
+    // Tile t of sequence `at`.
+    __device__ TileCoords coords(const Seq& at, int t) const {
+        const int local = t - at.first_tile;
+        if constexpr (T::kMask == MaskKind::Causal) {
+            const int first_head = local / (section * at.m_blocks) * section;
+            const int n = imin(section, heads - first_head);
+            const int in_section = local - first_head * at.m_blocks;
+            return TileCoords{at.batch, first_head + in_section % n, at.m_blocks - 1 - in_section / n};
+        } else {
+            return TileCoords{at.batch, local / at.m_blocks, local % at.m_blocks};
+        }
+    }
+};
+
 // ---- one block per tile ---------------------------------------------------------------
 // The tile comes from the launch order (causal: heaviest first) and is worked out once,
 // before the block's barriers, so a block without rows leaves at once.
@@ -144,7 +241,6 @@ struct PersistentScheduler : TileMap<T, typename CoordsOf<T::kSplitTail>::type> 
     int m_blocks, pairs, tiles, rounds, section_pairs;
     const SplitArgs& split;  // a reference into the parameters, read where used
     SplitItems items;        // the block's share of the split tail
-
     __device__ __forceinline__ PersistentScheduler(const FwdParams& p, const SplitArgs& s, SplitItems share)
         : Map(p),
           m_blocks(ceil_div(p.seqlen_q * this->row_group, T::kBlockM)),
@@ -199,8 +295,68 @@ struct PersistentScheduler : TileMap<T, typename CoordsOf<T::kSplitTail>::type> 
     }
 };
 
+// ---- varlen batches: the tiles numbered sequence by sequence ------------------------------
+// One block per tile of VarlenTiles' numbering; blocks past the batch's last tile (the
+// grid covers the longest sequence's m-blocks for every sequence) find no rows and leave.
 template <class T>
-using SchedulerOf = typename Select<T::kPersistent, PersistentScheduler<T>, GridScheduler<T>>::type;
+struct VarlenGridScheduler : TileMap<T, typename CoordsOf<T::kSplitTail>::type> {
+    using Coords = typename CoordsOf<T::kSplitTail>::type;
+    using Map = TileMap<T, Coords>;
+    int rounds;  // one
+
+    __device__ __forceinline__ VarlenGridScheduler(const FwdParams& p, const SplitArgs&, SplitItems)
+        : Map(p), rounds(1) {}
+    // (whole warps: a warp's scan finds the tile's sequence)
+    __device__ Coords coords(int) const {
+        const VarlenTiles<T> tiling{this->heads_grid, this->row_group,
+                                    VarlenTiles<T>::l2_section(this->params, this->heads_grid)};
+        const auto seq = tiling.find(this->params, blockIdx.x);
+        if (seq.batch >= this->params.batch) return Map::whole(TileCoords{0, 0, -1});
+        return Map::whole(tiling.coords(seq, blockIdx.x));
+    }
+    __device__ WorkTile work_at(int round) const { return Map::work(coords(round)); }
+    __device__ __forceinline__ void write_share() const {}
+    __device__ __forceinline__ void read_share() {}
+};
+
+// Rounds of one tile per block over VarlenTiles' numbering, a snake as the dense grid's;
+// each thread walks on through the sequences as its tiles grow (never the split tail:
+// the host splits dense batches only).
+template <class T>
+struct VarlenPersistentScheduler : TileMap<T, typename CoordsOf<T::kSplitTail>::type> {
+    using Coords = typename CoordsOf<T::kSplitTail>::type;
+    using Map = TileMap<T, Coords>;
+    using Tiling = VarlenTiles<T>;
+    Tiling tiling;
+    int tiles, rounds;
+    mutable typename Tiling::Seq at;  // the sequence of the block's last tile
+
+    // (whole warps: a warp's sum counts the tiles)
+    __device__ __forceinline__ VarlenPersistentScheduler(const FwdParams& p, const SplitArgs&, SplitItems)
+        : Map(p), tiling{this->heads_grid, this->row_group, Tiling::l2_section(p, this->heads_grid)} {
+        tiles = tiling.total(p);
+        rounds = ceil_div(tiles, gridDim.x);
+        at = typename Tiling::Seq{0, 0, tiles > 0 ? tiling.m_blocks(p, 0) : 0};
+    }
+
+    // Where round `round` puts this block (rounds only grow); m_block < 0 past the last tile.
+    __device__ Coords coords(int round) const {
+        const int t = round * gridDim.x + ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+        if (t >= tiles) return Map::whole(TileCoords{0, 0, -1});
+        tiling.walk(this->params, t, at);
+        return Map::whole(tiling.coords(at, t));
+    }
+    __device__ WorkTile work_at(int round) const { return this->work(coords(round)); }
+    __device__ __forceinline__ void write_share() const {}
+    __device__ __forceinline__ void read_share() {}
+};
+
+template <class T>
+using DenseSchedulerOf = typename Select<T::kPersistent, PersistentScheduler<T>, GridScheduler<T>>::type;
+template <class T>
+using VarlenSchedulerOf = typename Select<T::kPersistent, VarlenPersistentScheduler<T>, VarlenGridScheduler<T>>::type;
+template <class T>
+using SchedulerOf = typename Select<T::kVarlenTiles, VarlenSchedulerOf<T>, DenseSchedulerOf<T>>::type;
 
 }  // namespace hopper
 }  // namespace fa4

@@ -88,6 +88,7 @@ struct Traits {
     // every tile's 64-column boxes and multicasts it into all of them, and a slot is free
     // once every block's consumers are done with it (kernel_ws.cuh).
     static constexpr int kClusterM = Config::kClusterM;
+    static constexpr bool kVarlenTiles = Config::kVarlenTiles;  // varlen tiles numbered by sequence
 
     static constexpr int kBlockM = 64 * kWarpgroups;
     static constexpr int kWarps = 4 * (kWarpgroups + (kWarpSpecialized ? 1 : 0));
