@@ -556,9 +556,10 @@ fn hidden_first_block_configs_compile() {
     assert!(src(plain).contains("kHiddenFirst = false"));
 }
 
-/// A warp-specialised Hopper kernel without a cluster gets its varlen build beside its
-/// cubin (the entry varlen batches launch, built apart so the dense entry's code stays
-/// as timed); cluster kernels and the kernel without warp specialisation have none.
+/// A persistent warp-specialised Hopper kernel gets its varlen build beside its cubin
+/// (the entry varlen batches launch, built apart so the dense entry's code stays as
+/// timed); one block per tile, cluster kernels and the kernel without warp
+/// specialisation have none.
 #[test]
 fn varlen_builds_sit_beside_the_dense_cubin() {
     let dir = tempfile::tempdir().unwrap();
@@ -582,7 +583,9 @@ fn varlen_builds_sit_beside_the_dense_cubin() {
     let report = compile_all_cleanly(dir.path(), &planned);
     for k in &report.kernels {
         let c = &k.candidate.config;
-        let expected = c.switch("ws", 0) == 1 && c.switch("cluster", 0) < 2;
+        let expected = c.switch("ws", 0) == 1
+            && c.switch("persistent", 0) == 1
+            && c.switch("cluster", 0) < 2;
         assert_eq!(k.footprint.varlen_tiles, expected, "{}", k.id.0);
         assert_eq!(k.varlen_cubin_hash.is_some(), expected, "{}", k.id.0);
         let dense = std::fs::read(dir.path().join(&k.cubin)).unwrap();
