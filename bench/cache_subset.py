@@ -28,9 +28,12 @@ def main():
     if missing:
         sys.exit(f"not in {manifest}: {', '.join(missing)}")
     for k in m["kernels"].values():
-        dst = out / k["cubin"]
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(root / k["cubin"], dst)
+        # a kernel's varlen build lies beside its cubin (fa4_spec::varlen_cubin_path)
+        varlen = [k["cubin"][: -len(".cubin")] + ".varlen.cubin"] if k.get("varlen_cubin_hash") else []
+        for rel in [k["cubin"], *varlen]:
+            dst = out / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / rel, dst)
     (out / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
     print(f"{out}: {len(m['kernels'])} kernels for {len(tags)} specs")
 

@@ -83,10 +83,15 @@ def main():
     files[PACKAGE + "/libfa4_runtime.so"] = lib.read_bytes()
     files[PACKAGE + "/cache/manifest.json"] = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
     for kernel in manifest["kernels"].values():
-        cubin = cache / kernel["cubin"]
-        if not cubin.is_file():
-            sys.exit("%s: the manifest's cubin is missing; rebuild the cache with `fa4-gen build-cache`" % cubin)
-        files["%s/cache/%s" % (PACKAGE, kernel["cubin"])] = cubin.read_bytes()
+        # a kernel's varlen build lies beside its cubin (fa4_spec::varlen_cubin_path)
+        names = [kernel["cubin"]]
+        if kernel.get("varlen_cubin_hash"):
+            names.append(kernel["cubin"][: -len(".cubin")] + ".varlen.cubin")
+        for name in names:
+            cubin = cache / name
+            if not cubin.is_file():
+                sys.exit("%s: the manifest's cubin is missing; rebuild the cache with `fa4-gen build-cache`" % cubin)
+            files["%s/cache/%s" % (PACKAGE, name)] = cubin.read_bytes()
 
     version = workspace_version()
     info = "%s-%s.dist-info" % (PACKAGE, version)

@@ -64,3 +64,15 @@ pub struct Footprint {
     #[serde(default)]
     pub varlen_tiles: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::varlen_cubin_path;
+
+    #[test]
+    fn a_varlen_cubin_lies_beside_its_kernels_cubin() {
+        // scripts/build_wheel.py and bench/cache_subset.py name it the same way
+        assert_eq!(varlen_cubin_path("sm90/k_ab12.cubin"), "sm90/k_ab12.varlen.cubin");
+        assert_eq!(varlen_cubin_path("cubin/sm90/k.cubin"), "cubin/sm90/k.varlen.cubin");
+    }
+}
