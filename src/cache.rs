@@ -347,7 +347,12 @@ pub fn build(
                     false => None,
                     true => {
                         let output = nvrtc
-                            .compile(&name, &rendered.source, &headers, &varlen_options(&rendered.options))?
+                            .compile(
+                                &name,
+                                &rendered.source,
+                                &headers,
+                                &varlen_options(&rendered.options),
+                            )?
                             .map_err(|f| CacheBuildError::Compile {
                                 id: id.clone(),
                                 log: f.log,

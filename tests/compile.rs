@@ -583,9 +583,8 @@ fn varlen_builds_sit_beside_the_dense_cubin() {
     let report = compile_all_cleanly(dir.path(), &planned);
     for k in &report.kernels {
         let c = &k.candidate.config;
-        let expected = c.switch("ws", 0) == 1
-            && c.switch("persistent", 0) == 1
-            && c.switch("cluster", 0) < 2;
+        let expected =
+            c.switch("ws", 0) == 1 && c.switch("persistent", 0) == 1 && c.switch("cluster", 0) < 2;
         assert_eq!(k.footprint.varlen_tiles, expected, "{}", k.id.0);
         assert_eq!(k.varlen_cubin_hash.is_some(), expected, "{}", k.id.0);
         let dense = std::fs::read(dir.path().join(&k.cubin)).unwrap();

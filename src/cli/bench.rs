@@ -412,8 +412,10 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
                 row.seqlen,
                 cell.mask.name(),
                 // a serving row's mix stands where the grid's feature set does
-                cell.mix
-                    .map_or_else(|| features.name(), |m| format!("{}/{}", row.layer.unwrap_or(""), m.name)),
+                cell.mix.map_or_else(
+                    || features.name(),
+                    |m| format!("{}/{}", row.layer.unwrap_or(""), m.name)
+                ),
                 row.batch,
                 row.heads,
                 row.config,

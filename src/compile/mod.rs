@@ -468,7 +468,12 @@ fn compile_one(
     let _ = std::fs::remove_file(&varlen_path);
     if footprint.varlen_tiles {
         let options = varlen_options(&rendered.options);
-        let result = nvrtc.compile(&source_path.display().to_string(), &rendered.source, headers, &options)?;
+        let result = nvrtc.compile(
+            &source_path.display().to_string(),
+            &rendered.source,
+            headers,
+            &options,
+        )?;
         let output = match result {
             Ok(output) => output,
             Err(failure) => {

@@ -275,10 +275,15 @@ pub fn run_case(
     // The kernel under test.
     kernel.launch(gpu, &params, problem.split)?;
     gpu.synchronize()?;
-    let split_tiles = launch_grid(spec.mask, &kernel.launch_footprint(&params), &params, gpu.info.sm_count)?
-        .map_or(0, |(blocks, _, _)| {
-            split_tail(&kernel.footprint, &params, blocks, problem.split)
-        });
+    let split_tiles = launch_grid(
+        spec.mask,
+        &kernel.launch_footprint(&params),
+        &params,
+        gpu.info.sm_count,
+    )?
+    .map_or(0, |(blocks, _, _)| {
+        split_tail(&kernel.footprint, &params, blocks, problem.split)
+    });
     let split_counters_left = match &problem.split_workspace {
         Some(ws) => {
             let n = SPLIT_COUNTER_BYTES as usize;

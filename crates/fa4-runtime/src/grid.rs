@@ -124,7 +124,11 @@ pub fn launch_grid(
 /// The footprint a launch runs with: a varlen batch goes to the kernel's varlen build
 /// (`fa4_spec::VARLEN_KERNEL_ENTRY`) where it has one, with `varlen_tiles` kept; anything
 /// else runs the dense build, whose grid is the dense one (`varlen_tiles` false).
-pub fn launch_footprint(footprint: &Footprint, params: &FwdParams, has_varlen_build: bool) -> Footprint {
+pub fn launch_footprint(
+    footprint: &Footprint,
+    params: &FwdParams,
+    has_varlen_build: bool,
+) -> Footprint {
     Footprint {
         varlen_tiles: footprint.varlen_tiles && has_varlen_build && params.cu_seqlens_q != 0,
         ..*footprint

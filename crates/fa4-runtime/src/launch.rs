@@ -326,7 +326,13 @@ impl Runtime {
             return Ok(k);
         }
         let entry = &self.cache.kernels()[position].1;
-        let (module, func) = self.load_cubin(&entry.cubin, &entry.cubin_hash, KERNEL_ENTRY_C, entry, device)?;
+        let (module, func) = self.load_cubin(
+            &entry.cubin,
+            &entry.cubin_hash,
+            KERNEL_ENTRY_C,
+            entry,
+            device,
+        )?;
         let varlen = match &entry.varlen_cubin_hash {
             None => None,
             Some(hash) => {
@@ -341,7 +347,11 @@ impl Runtime {
                 }
             }
         };
-        Ok(self.loaded[position].get_or_init(|| Loaded { module, func, varlen }))
+        Ok(self.loaded[position].get_or_init(|| Loaded {
+            module,
+            func,
+            varlen,
+        }))
     }
 
     /// Reads, checks and loads one cubin of `entry` and gets its function `name`.
@@ -361,8 +371,7 @@ impl Runtime {
                  (git holds only its sources and manifest)"
             ),
         })?;
-        check_cubin(&bytes, hash, device)
-            .map_err(|why| PrefillError::Cubin { path, why })?;
+        check_cubin(&bytes, hash, device).map_err(|why| PrefillError::Cubin { path, why })?;
         let mut module: CUmodule = std::ptr::null_mut();
         // SAFETY: `bytes` is a whole cubin that outlives the call; the bound context is
         // current (checked by the caller).

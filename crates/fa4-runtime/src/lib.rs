@@ -21,8 +21,9 @@ mod tma;
 
 pub use checks::{check_problem, check_problem_for, ProblemError, MAX_ROW_STRIDE};
 pub use grid::{
-    causal_section_pairs, check_split_workspace, launch_footprint, launch_grid, max_split_workspace_bytes,
-    split_tail, split_workspace_bytes, SplitWorkspace, SPLIT_COUNTER_BYTES, SPLIT_MIN_KEYS,
+    causal_section_pairs, check_split_workspace, launch_footprint, launch_grid,
+    max_split_workspace_bytes, split_tail, split_workspace_bytes, SplitWorkspace,
+    SPLIT_COUNTER_BYTES, SPLIT_MIN_KEYS,
 };
 pub use launch::{cubin_sm, driver_message, PrefillArgs, PrefillError, Runtime};
 pub use select::{mask_of, CacheError, KernelCache, Query, Reason, SelectError, Selected};

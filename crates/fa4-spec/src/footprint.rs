@@ -8,7 +8,10 @@ pub const VARLEN_KERNEL_ENTRY: &str = "fa4_fwd_varlen";
 
 /// Where a kernel's varlen cubin lies: beside its cubin, `<name>.varlen.cubin`.
 pub fn varlen_cubin_path(cubin: &str) -> String {
-    format!("{}.varlen.cubin", cubin.strip_suffix(".cubin").unwrap_or(cubin))
+    format!(
+        "{}.varlen.cubin",
+        cubin.strip_suffix(".cubin").unwrap_or(cubin)
+    )
 }
 
 /// What launching a config takes.
@@ -72,7 +75,13 @@ mod tests {
     #[test]
     fn a_varlen_cubin_lies_beside_its_kernels_cubin() {
         // scripts/build_wheel.py and bench/cache_subset.py name it the same way
-        assert_eq!(varlen_cubin_path("sm90/k_ab12.cubin"), "sm90/k_ab12.varlen.cubin");
-        assert_eq!(varlen_cubin_path("cubin/sm90/k.cubin"), "cubin/sm90/k.varlen.cubin");
+        assert_eq!(
+            varlen_cubin_path("sm90/k_ab12.cubin"),
+            "sm90/k_ab12.varlen.cubin"
+        );
+        assert_eq!(
+            varlen_cubin_path("cubin/sm90/k.cubin"),
+            "cubin/sm90/k.varlen.cubin"
+        );
     }
 }

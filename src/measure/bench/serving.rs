@@ -94,7 +94,11 @@ pub fn serving_mixes() -> &'static [Mix] {
         let chunked: Vec<(i32, i32)> = fill(8192, || d.log_uniform(64, 4096))
             .into_iter()
             .map(|q| {
-                let prefix = if d.unit() < 0.25 { 0 } else { d.log_uniform(256, 16384) };
+                let prefix = if d.unit() < 0.25 {
+                    0
+                } else {
+                    d.log_uniform(256, 16384)
+                };
                 (q, q + prefix)
             })
             .collect();

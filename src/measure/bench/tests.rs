@@ -91,7 +91,11 @@ fn serving_mixes_are_ragged_batches_of_the_sizes_they_name() {
     let mixes = super::serving_mixes();
     let by_name = |n: &str| mixes.iter().find(|m| m.name == n).expect(n);
     for m in mixes {
-        assert!(m.seqlens.iter().all(|&(q, k)| q >= 1 && k >= q), "{}", m.name);
+        assert!(
+            m.seqlens.iter().all(|&(q, k)| q >= 1 && k >= q),
+            "{}",
+            m.name
+        );
         eprintln!(
             "{:8} {:3} seqs, {:6} queries, max {:5}: {:?}",
             m.name,
@@ -111,7 +115,9 @@ fn serving_mixes_are_ragged_batches_of_the_sizes_they_name() {
     assert_eq!(by_name("trace").total_q(), 16384);
     let chunked = by_name("chunked");
     assert_eq!(chunked.total_q(), 8192);
-    assert!(chunked.seqlens.iter().any(|&(q, k)| k > q) && chunked.seqlens.iter().any(|&(q, k)| k == q));
+    assert!(
+        chunked.seqlens.iter().any(|&(q, k)| k > q) && chunked.seqlens.iter().any(|&(q, k)| k == q)
+    );
     // Lengths drawn in arrival order: neither sorted up nor down.
     let lens: Vec<i32> = by_name("trace").seqlens.iter().map(|s| s.0).collect();
     assert!(lens.windows(2).any(|w| w[0] < w[1]) && lens.windows(2).any(|w| w[0] > w[1]));
@@ -122,20 +128,33 @@ fn serving_cells_cover_every_mix_of_the_models_asked_for() {
     let all = super::serving_cells(&["all".into()]).unwrap();
     assert_eq!(all.len(), 2 * super::serving_mixes().len());
     let llama = super::serving_cells(&["llama-3-8b".into()]).unwrap();
-    assert!(llama.iter().all(|c| c.head_dim == 128 && c.heads == 32 && c.heads_kv == 8));
+    assert!(llama
+        .iter()
+        .all(|c| c.head_dim == 128 && c.heads == 32 && c.heads_kv == 8));
     let c = &llama[0];
     let case = c.case();
     assert_eq!(case.seqlens, c.mix.unwrap().seqlens);
     assert_eq!((case.batch, case.seqlen_q), (c.batch, c.seqlen));
     let err = super::serving_cells(&["llama-2".into()]).unwrap_err();
-    assert!(err.contains("llama-3-8b") && err.contains("llama-2"), "{err}");
+    assert!(
+        err.contains("llama-3-8b") && err.contains("llama-2"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_serving_rows_flops_count_the_pairs_a_prefix_leaves_visible() {
     let cells = super::serving_cells(&["llama-3-8b".into()]).unwrap();
-    let chunked = cells.iter().find(|c| c.mix.unwrap().name == "chunked").unwrap();
-    let spec = fa4_spec::KernelSpec::new(fa4_spec::Arch::Sm90, fa4_spec::Dtype::Bf16, 128, MaskKind::Causal);
+    let chunked = cells
+        .iter()
+        .find(|c| c.mix.unwrap().name == "chunked")
+        .unwrap();
+    let spec = fa4_spec::KernelSpec::new(
+        fa4_spec::Arch::Sm90,
+        fa4_spec::Dtype::Bf16,
+        128,
+        MaskKind::Causal,
+    );
     let exact: f64 = chunked
         .mix
         .unwrap()

@@ -73,7 +73,8 @@ struct WsParts {
 
 // ---- the consumers ----------------------------------------------------------------------
 // A consumer's loop over the block's work tiles: per tile, its Q slot, the mainloop over
-// the key blocks and the epilogue. `first_work` is a grid of one block per tile's tile.
+// the key blocks and the epilogue. `first_work` is the block's tile where the grid has
+// one block per tile.
 template <class T, class Parts, class Scheduler>
 __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps maps, const SplitArgs& split,
                                         const SharedStorage<T>& smem, const SplitItems& split_items,

@@ -6,9 +6,9 @@
 //   PersistentScheduler  about one block per SM, walking the tiles in rounds (a snake;
 //                        causal sections; unmasked, a split tail)
 //
-// A varlen batch (cu_seqlens_q) numbers its tiles sequence by sequence (VarlenTiles):
-// the kernel's second entry (kVarlenTiles: fa4_fwd_varlen) walks that numbering instead,
-// from a grid of one dimension; the dense entry's code is left as it was.
+// A persistent kernel's varlen build (kVarlenTiles: fa4_fwd_varlen) walks a varlen
+// batch's tiles numbered sequence by sequence instead (VarlenPersistentScheduler); the
+// dense build's code is left as it was.
 //
 // Both walk `for (round = 0; round < rounds; ++round)`: coords(round) says where a round
 // puts this block (small: the consumers work it out under their last PV GEMM), work(at)
@@ -72,7 +72,7 @@ struct TileMap {
     // The tile at `at`; past the last tile (m_block < 0) one with no rows.
     __device__ WorkTile work(const Coords& at) const {
         WorkTile w;
-        if ((T::kPersistent || T::kVarlenTiles) && at.m_block < 0) {
+        if (T::kPersistent && at.m_block < 0) {
             w.rows = w.row_begin = 0;
             return w;
         }
@@ -115,16 +115,17 @@ struct TileMap {
 
 // ---- a varlen batch's tiles, sequence by sequence -----------------------------------------
 // A packed batch numbers only the tiles that have rows: sequence after sequence (in the
-// batch's order), each its m-blocks x heads. A grid over the longest sequence's m-blocks
-// for every sequence left most blocks of a ragged batch without rows (launched, then
-// gone), and dealt a persistent grid's rounds by the longest sequence's shape. Within a
-// sequence, causal: its heaviest m-blocks first, the heads of an L2 section side by side
-// (the section's K/V stays in L2 while its m-blocks go by); unmasked and local: a head's
-// m-blocks side by side (they read the same K/V). A cluster's pairs of m-blocks keep
-// the dense grid (the host launches their dense entry).
+// batch's order), each its m-blocks x heads. The dense numbering, the longest sequence's
+// m-blocks for every sequence, dealt a persistent grid's rounds by the longest sequence's
+// shape: most of a ragged batch's tiles had no rows and a block's share was as uneven as
+// the lengths. Within a sequence, causal: its heaviest m-blocks first, the heads of an L2
+// section side by side (the section's K/V stays in L2 while its m-blocks go by);
+// unmasked and local: a head's m-blocks side by side (they read the same K/V). Kernels of
+// one block per tile keep the dense grid, whose launch order (every sequence's m-block i
+// before its i - 1) is longest-first across the sequences; so do a cluster's pairs.
 template <class T>
 struct VarlenTiles {
-    static_assert(!T::kVarlenTiles || T::kClusterM == 1, "a cluster's m-blocks go in pairs: no varlen numbering");
+    static_assert(T::kVarlenTiles && T::kPersistent && T::kClusterM == 1, "varlen builds are persistent kernels without a cluster");
     // The sequence a tile belongs to: its index, its first tile, its m-blocks.
     struct Seq {
         int batch, first_tile, m_blocks;
@@ -158,29 +159,6 @@ struct VarlenTiles {
             tiles += __reduce_add_sync(0xffffffffu, b < p.batch ? m_blocks(p, b) * heads : 0);
         }
         return tiles;
-    }
-
-    // The sequence of tile t, or batch = p.batch past the last: a warp scans 32
-    // sequences at a time (whole warps only).
-    __device__ __noinline__ Seq find(const FwdParams& p, int t) const {
-        const int lane = threadIdx.x % 32;
-        int first = 0;
-        for (int base = 0; base < p.batch; base += 32) {
-            const int b = base + lane;
-            const int mb = b < p.batch ? m_blocks(p, b) : 0;
-            int ends = mb * heads;  // the lane's sequence's end, inclusive prefix sum
-            for (int d = 1; d < 32; d *= 2) {
-                const int n = __shfl_up_sync(0xffffffffu, ends, d);
-                if (lane >= d) ends += n;
-            }
-            // Lanes whose sequence ends at or before t: a prefix of the warp.
-            const int k = __popc(__ballot_sync(0xffffffffu, first + ends <= t));
-            const int k_ends = __shfl_sync(0xffffffffu, ends, k & 31);
-            const int k_blocks = __shfl_sync(0xffffffffu, mb, k & 31);
-            if (k < 32) return Seq{base + k, first + k_ends - k_blocks * heads, k_blocks};
-            first += __shfl_sync(0xffffffffu, ends, 31);
-        }
-        return Seq{p.batch, first, 0};
     }
 
     // A persistent block's next tile t (its tiles only grow, t below the total): one
@@ -296,29 +274,6 @@ struct PersistentScheduler : TileMap<T, typename CoordsOf<T::kSplitTail>::type> 
 };
 
 // ---- varlen batches: the tiles numbered sequence by sequence ------------------------------
-// One block per tile of VarlenTiles' numbering; blocks past the batch's last tile (the
-// grid covers the longest sequence's m-blocks for every sequence) find no rows and leave.
-template <class T>
-struct VarlenGridScheduler : TileMap<T, typename CoordsOf<T::kSplitTail>::type> {
-    using Coords = typename CoordsOf<T::kSplitTail>::type;
-    using Map = TileMap<T, Coords>;
-    int rounds;  // one
-
-    __device__ __forceinline__ VarlenGridScheduler(const FwdParams& p, const SplitArgs&, SplitItems)
-        : Map(p), rounds(1) {}
-    // (whole warps: a warp's scan finds the tile's sequence)
-    __device__ Coords coords(int) const {
-        const VarlenTiles<T> tiling{this->heads_grid, this->row_group,
-                                    VarlenTiles<T>::l2_section(this->params, this->heads_grid)};
-        const auto seq = tiling.find(this->params, blockIdx.x);
-        if (seq.batch >= this->params.batch) return Map::whole(TileCoords{0, 0, -1});
-        return Map::whole(tiling.coords(seq, blockIdx.x));
-    }
-    __device__ WorkTile work_at(int round) const { return Map::work(coords(round)); }
-    __device__ __forceinline__ void write_share() const {}
-    __device__ __forceinline__ void read_share() {}
-};
-
 // Rounds of one tile per block over VarlenTiles' numbering, a snake as the dense grid's;
 // each thread walks on through the sequences as its tiles grow (never the split tail:
 // the host splits dense batches only).
@@ -354,9 +309,7 @@ struct VarlenPersistentScheduler : TileMap<T, typename CoordsOf<T::kSplitTail>::
 template <class T>
 using DenseSchedulerOf = typename Select<T::kPersistent, PersistentScheduler<T>, GridScheduler<T>>::type;
 template <class T>
-using VarlenSchedulerOf = typename Select<T::kPersistent, VarlenPersistentScheduler<T>, VarlenGridScheduler<T>>::type;
-template <class T>
-using SchedulerOf = typename Select<T::kVarlenTiles, VarlenSchedulerOf<T>, DenseSchedulerOf<T>>::type;
+using SchedulerOf = typename Select<T::kVarlenTiles, VarlenPersistentScheduler<T>, DenseSchedulerOf<T>>::type;
 
 }  // namespace hopper
 }  // namespace fa4
