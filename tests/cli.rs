@@ -991,6 +991,31 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
             schedule.contains("one block per work tile"),
             "{text}"
         );
+        // A varlen batch takes a persistent Hopper kernel's varlen build, which lies
+        // beside its cubin; everything else the dense grid.
+        let varlen_build = config.contains("persistent1") && line("kernel").starts_with("hopper_");
+        let varlen = line("varlen");
+        assert_eq!(
+            varlen_build,
+            varlen.starts_with("its varlen build"),
+            "{text}"
+        );
+        if varlen_build {
+            // (named beside the kernel's cubin; a fresh clone has the manifest, not cubins)
+            let path = varlen
+                .trim_start_matches("its varlen build, ")
+                .split(": ")
+                .next()
+                .unwrap();
+            let cubin = line("cubin");
+            assert_eq!(
+                path,
+                format!("{}.varlen.cubin", cubin.trim_end_matches(".cubin")),
+                "{text}"
+            );
+        } else {
+            assert!(varlen.starts_with("the dense grid"), "{text}");
+        }
         // Causal Hopper grids of one block per tile go in L2 sections (the default mask
         // is causal).
         let sections = !args.contains(&"none")

@@ -371,11 +371,22 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
             k.template,
         )
     });
+    // How a varlen batch (cu_seqlens_q) of this bucket is launched.
+    let varlen = match &k.varlen_cubin_hash {
+        Some(_) => format!(
+            "its varlen build, {}: the tiles that have rows, sequence by sequence",
+            a.cache
+                .join(fa4_spec::varlen_cubin_path(&k.cubin))
+                .display()
+        ),
+        None => "the dense grid: the longest sequence's m-blocks for every sequence".to_string(),
+    };
     if a.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "kernel": s.id,
+                "varlen": varlen,
                 "config": k.config,
                 "footprint": k.footprint,
                 "registers": k.registers,
@@ -405,6 +416,7 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
     );
     println!("schedule  {}", schedule(&k.config, &k.footprint));
     println!("cubin     {}", a.cache.join(&k.cubin).display());
+    println!("varlen    {varlen}");
     println!("why       {why}");
     if let Some(note) = note {
         println!("note      {note}");
