@@ -68,6 +68,9 @@ pub struct Plan {
     /// The specs without tuned records of their own that serve a related spec's tuned
     /// choices ([`donor`]): spec -> that spec.
     pub borrowed: BTreeMap<KernelSpec, KernelSpec>,
+    /// The tuned choices of each arch's other GPUs (those not `tuned_on`): (GPU, the
+    /// choice, its bucket), served to devices of that name (`SpecEntry::tuned_by_gpu`).
+    pub by_gpu: Vec<(String, Candidate, u32)>,
 }
 
 /// The spec whose tuned choices serve `spec` where `spec` was not tuned itself: the same
@@ -119,7 +122,8 @@ pub enum Untuned {
 
 /// The kernels the cache needs for `specs`: every spec's default (bucket `None`), plus
 /// the tuned choices in `records` (for records of several GPUs of one arch, the GPU with
-/// the most records), and per arch the GPU they were measured on. With
+/// the most records serves every device, and each other GPU's choices serve devices of
+/// its name: [`Plan::by_gpu`]), and per arch the GPU they were measured on. With
 /// [`Untuned::Borrow`], a spec with no record of its own whose [`donor`] has records
 /// serves the donor's choices, each built for the spec where the config space admits it
 /// there.
@@ -130,8 +134,24 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
     let mut tuned_on = BTreeMap::new();
     let mut wanted: Vec<(Candidate, Option<u32>)> = Vec::new();
     let mut borrowed = BTreeMap::new();
+    let mut by_gpu = Vec::new();
     for &arch in &archs {
         let gpu = db::served_gpu(records, arch, None);
+        // Every other GPU's own choices, for the specs the cache serves.
+        for r in records.iter().filter(|r| {
+            r.spec.arch == arch
+                && gpu.as_ref().is_some_and(|g| GpuId::of(r) != *g)
+                && specs.iter().any(|(t, s)| *t == r.template && *s == r.spec)
+        }) {
+            if let Some(choice) = r.choice() {
+                let c = Candidate {
+                    template: r.template,
+                    spec: r.spec,
+                    config: choice.config.clone(),
+                };
+                by_gpu.push((GpuId::of(r).to_string(), c, r.bucket.seqlen));
+            }
+        }
         for (template, spec) in specs.iter().filter(|(_, s)| s.arch == arch) {
             wanted.push((space::default_candidate(*template, spec), None));
         }
@@ -186,6 +206,7 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
         tuned_on,
         wanted,
         borrowed,
+        by_gpu,
     }
 }
 
@@ -302,7 +323,8 @@ pub fn build(
     let mut plan = plan(req.specs, req.records, req.untuned);
     // Unique kernels, by id.
     let mut kernels: BTreeMap<String, (Candidate, Footprint)> = BTreeMap::new();
-    for (c, _) in &plan.wanted {
+    let other_gpus = plan.by_gpu.iter().map(|(_, c, _)| c);
+    for c in plan.wanted.iter().map(|(c, _)| c).chain(other_gpus) {
         let footprint =
             c.template
                 .check(&c.spec, &c.config)
@@ -452,7 +474,11 @@ pub fn merged(prev: &Manifest, built: Manifest) -> Manifest {
     }
     let mut kernels = BTreeMap::new();
     for spec in archs.values().flat_map(|a| a.specs.values()) {
-        for id in std::iter::once(&spec.default).chain(spec.tuned.values()) {
+        let by_gpu = spec.tuned_by_gpu.values().flat_map(|t| t.values());
+        for id in std::iter::once(&spec.default)
+            .chain(spec.tuned.values())
+            .chain(by_gpu)
+        {
             if let Some(k) = built.kernels.get(id).or_else(|| prev.kernels.get(id)) {
                 kernels.insert(id.clone(), k.clone());
             }
@@ -527,12 +553,26 @@ pub fn arch_entries(renderer: &Renderer, plan: &Plan) -> BTreeMap<Arch, ArchEntr
                 default: String::new(),
                 tuned: BTreeMap::new(),
                 borrowed_from: plan.borrowed.get(&c.spec).map(KernelSpec::tag),
+                tuned_by_gpu: BTreeMap::new(),
             });
         match bucket {
             None => entry.default = id,
             Some(b) => {
                 entry.tuned.insert(*b, id);
             }
+        }
+    }
+    for (gpu, c, bucket) in &plan.by_gpu {
+        let id = renderer.kernel_id(c).0;
+        if let Some(entry) = out
+            .get_mut(&c.spec.arch)
+            .and_then(|a| a.specs.get_mut(&c.spec.tag()))
+        {
+            entry
+                .tuned_by_gpu
+                .entry(gpu.clone())
+                .or_default()
+                .insert(*bucket, id);
         }
     }
     out

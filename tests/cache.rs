@@ -188,6 +188,51 @@ fn an_untuned_sinks_spec_serves_its_plain_twins_choices() {
     assert!(served[&capped.tag()].tuned.is_empty());
 }
 
+/// Records of two GPUs of one arch: the GPU with the most serves every device
+/// (`tuned_on`), the other's choices serve devices of its name (`tuned_by_gpu`), and the
+/// cache builds both's kernels.
+#[test]
+fn a_second_gpus_records_are_served_to_devices_of_its_name() {
+    let renderer = Renderer::embedded().unwrap();
+    let mut records = export();
+    records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+    let d128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+    let d64 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
+    // The H100 measured d128 causal only, and kept the default where it was tuned.
+    let h100: Vec<fa4_gen::db::Record> = records
+        .iter()
+        .filter(|r| r.template == Template::Hopper && r.spec == d128)
+        .map(|r| {
+            let mut r = r.clone();
+            r.device.name = "NVIDIA H100 80GB HBM3".into();
+            r.candidates.truncate(1);
+            r
+        })
+        .collect();
+    assert!(h100.len() >= 5);
+    records.extend(h100.iter().cloned());
+    let specs = vec![(Template::Hopper, d128), (Template::Hopper, d64)];
+    let plan = cache::plan(&specs, &records, cache::Untuned::Default);
+    let h200 = plan.tuned_on[&Arch::Sm90].clone().unwrap();
+    assert!(h200.starts_with("NVIDIA H200"), "{h200}");
+    let h100_name = fa4_gen::runtime::gpu_name("NVIDIA H100 80GB HBM3", 132);
+    assert!(plan
+        .by_gpu
+        .iter()
+        .all(|(g, c, _)| *g == h100_name && c.spec == d128));
+    assert_eq!(plan.by_gpu.len(), h100.len());
+    let entries = cache::arch_entries(&renderer, &plan);
+    let served = &entries[&Arch::Sm90].specs;
+    let default = &served[&d128.tag()].default;
+    let own = &served[&d128.tag()].tuned_by_gpu[&h100_name];
+    assert_eq!(own.len(), h100.len());
+    assert!(own.values().all(|id| id == default), "{own:?}");
+    // The arch's choices stay the H200's (some bucket other than the default), and the
+    // spec the H100 did not measure has no choices of its own.
+    assert!(served[&d128.tag()].tuned.values().any(|id| id != default));
+    assert!(served[&d64.tag()].tuned_by_gpu.is_empty());
+}
+
 /// A borrowed choice whose kernel did not build is left out of the plan (its spec serves
 /// the other borrowed buckets, or its default once none is left); a kernel the plan needs
 /// otherwise is never left out, so its failure stays an error.

@@ -66,6 +66,10 @@ pub struct ExplainArgs {
     /// The longest query sequence of the batch (max_seqlen_q).
     #[arg(long)]
     pub seqlen: u32,
+    /// The device, as tuning names GPUs ("NVIDIA H100 80GB HBM3 (132 SMs)"): its own
+    /// tuned choices where the cache has them [default: the arch's]
+    #[arg(long)]
+    pub gpu: Option<String>,
     /// The longest key sequence (max_seqlen_k) [default: --seqlen]: a window wider than
     /// the keys is served as causal or unmasked, as a prefill launches it.
     #[arg(long = "seqlen-k")]
@@ -315,7 +319,7 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
     }
     .as_launched(a.seqlen_k.unwrap_or(a.seqlen));
     let s = cache
-        .select(&q)
+        .select_on(&q, a.gpu.as_deref())
         .map_err(|e| CliError::Usage(e.to_string()))?;
     // What the lookup costs a serving engine per call (the cache is open already).
     const LOOKUPS: u32 = 100_000;
@@ -328,7 +332,11 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
         std::hint::black_box(cache.select(std::hint::black_box(&q)).is_ok());
     }
     let lookup_ns = t.elapsed().as_nanos() as f64 / LOOKUPS as f64;
-    let gpu = cache.tuned_on(arch).unwrap_or("no GPU");
+    // The GPU whose measurements chose the kernel: the device's own, else the arch's.
+    let gpu = s
+        .tuned_on
+        .or_else(|| cache.tuned_on(arch))
+        .unwrap_or("no GPU");
     let why = match s.reason {
         Reason::Tuned { bucket } if s.is_default => format!(
             "tuned on {gpu}, bucket {bucket}: the heuristic default, no candidate beat it by \

@@ -118,6 +118,8 @@ pub struct Device {
     pub arch: Arch,
     /// Persistent kernels' grids are sized by it.
     pub sm_count: u32,
+    /// The device as the cache names tuned GPUs (`gpu_name`): its own tuned choices.
+    pub gpu: String,
 }
 
 impl std::fmt::Display for Device {
@@ -308,6 +310,7 @@ impl Runtime {
         let device = Device {
             ctx: ctx as usize,
             ordinal: dev,
+            gpu: crate::select::gpu_name(&name, sm_count),
             name,
             compute_capability: (major, minor),
             arch,
@@ -432,7 +435,8 @@ impl Runtime {
     ) -> Result<Launched<'_>, PrefillError> {
         let device = self.device()?;
         let (query, params) = args.resolve(device.arch);
-        let selected = self.cache.select(&query)?;
+        // The device's own tuned choices where the cache has them.
+        let selected = self.cache.select_on(&query, Some(&device.gpu))?;
         check_problem_for(&selected.kernel.spec, &params)?;
         let args_split = check_split_workspace(args.split, device.sm_count)?;
         let launched = |launched| Launched {

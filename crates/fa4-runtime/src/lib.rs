@@ -26,7 +26,9 @@ pub use grid::{
     SPLIT_COUNTER_BYTES, SPLIT_MIN_KEYS,
 };
 pub use launch::{cubin_sm, driver_message, PrefillArgs, PrefillError, Runtime};
-pub use select::{mask_of, CacheError, KernelCache, Query, Reason, SelectError, Selected};
+pub use select::{
+    gpu_name, mask_of, CacheError, KernelCache, Query, Reason, SelectError, Selected,
+};
 pub use tma::TmaFwdParams;
 
 #[cfg(test)]

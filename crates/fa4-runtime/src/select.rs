@@ -125,6 +125,14 @@ pub struct Selected<'a> {
     pub kernel: &'a KernelEntry,
     pub reason: Reason,
     pub is_default: bool,
+    /// The GPU whose tuned choices served the call where it is not the arch's
+    /// (`KernelCache::tuned_on`): the device's own.
+    pub tuned_on: Option<&'a str>,
+}
+
+/// A device as the cache names the GPUs tuning measured on: "NAME (N SMs)".
+pub fn gpu_name(name: &str, sm_count: u32) -> String {
+    format!("{name} ({sm_count} SMs)")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +180,8 @@ struct SpecIndex {
     default: usize,
     /// (bucket, kernel index), ascending by bucket.
     tuned: Vec<(u32, usize)>,
+    /// Other GPUs' tuned choices (the manifest's `tuned_by_gpu`): (GPU, its `tuned`).
+    by_gpu: Vec<(String, Vec<(u32, usize)>)>,
     /// `tuned` holds a related spec's choices (the manifest's `borrowed_from`).
     borrowed: bool,
 }
@@ -235,11 +245,20 @@ impl KernelCache {
                     tuned.push((*bucket, position(id, tag)?));
                 }
                 let borrowed = entry.borrowed_from.is_some();
+                let mut by_gpu = Vec::new();
+                for (gpu, choices) in &entry.tuned_by_gpu {
+                    let mut tuned = Vec::new();
+                    for (bucket, id) in choices {
+                        tuned.push((*bucket, position(id, tag)?));
+                    }
+                    by_gpu.push((gpu.clone(), tuned));
+                }
                 index.insert(
                     spec,
                     SpecIndex {
                         default,
                         tuned,
+                        by_gpu,
                         borrowed,
                     },
                 );
@@ -291,18 +310,28 @@ impl KernelCache {
 
     /// The kernel that serves `q`.
     pub fn select(&self, q: &Query) -> Result<Selected<'_>, SelectError> {
+        self.select_on(q, None)
+    }
+
+    /// [`select`](Self::select) for a device named `gpu` ("NVIDIA H100 80GB HBM3 (132
+    /// SMs)", as [`gpu_name`] spells it): its own tuned choices where the cache has them
+    /// (`SpecEntry::tuned_by_gpu`), else the arch's.
+    pub fn select_on(&self, q: &Query, gpu: Option<&str>) -> Result<Selected<'_>, SelectError> {
         let Some(ix) = self.index.get(&q.spec()) else {
             return Err(self.why_not(q));
         };
+        let own = gpu.and_then(|g| ix.by_gpu.iter().find(|(name, _)| name == g));
+        let tuned = own.map_or(&ix.tuned, |(_, t)| t);
         let wanted = Bucket::of_call(q.mask, q.window, q.max_seqlen_q).seqlen;
         let log2 = |b: u32| b.trailing_zeros() as i32;
-        let pick = ix
-            .tuned
+        let pick = tuned
             .iter()
             .min_by_key(|(b, _)| ((log2(*b) - log2(wanted)).abs(), *b))
             .copied();
         let (k, reason) = match pick {
-            Some((b, k)) if ix.borrowed => (k, Reason::Borrowed { bucket: b, wanted }),
+            Some((b, k)) if ix.borrowed && own.is_none() => {
+                (k, Reason::Borrowed { bucket: b, wanted })
+            }
             Some((b, k)) if b == wanted => (k, Reason::Tuned { bucket: b }),
             Some((b, k)) => (k, Reason::NearestTuned { bucket: b, wanted }),
             None => (ix.default, Reason::Default),
@@ -314,6 +343,10 @@ impl KernelCache {
             kernel,
             reason,
             is_default: k == ix.default,
+            tuned_on: match (own, pick) {
+                (Some((g, _)), Some(_)) => Some(g.as_str()),
+                _ => None,
+            },
         })
     }
 

@@ -75,6 +75,11 @@ pub(crate) fn manifest() -> Manifest {
                     (4096, "b_d128_tuned".into()),
                 ]),
                 borrowed_from: None,
+                // The H100 kept the default at 4096.
+                tuned_by_gpu: BTreeMap::from([(
+                    "NVIDIA H100 80GB HBM3 (132 SMs)".into(),
+                    BTreeMap::from([(4096, "a_d128_default".into())]),
+                )]),
             },
         ),
         (
@@ -83,6 +88,7 @@ pub(crate) fn manifest() -> Manifest {
                 default: "c_d64_default".into(),
                 tuned: BTreeMap::new(),
                 borrowed_from: None,
+                tuned_by_gpu: BTreeMap::new(),
             },
         ),
     ]);

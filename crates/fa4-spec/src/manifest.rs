@@ -52,12 +52,20 @@ pub struct SpecEntry {
     /// choices of this related spec (its tag), built for this one ([`donor`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub borrowed_from: Option<String>,
+    /// The tuned choices measured on the arch's other GPUs (not `ArchEntry::tuned_on`):
+    /// GPU, named as `tuned_on` names it ("NVIDIA H100 80GB HBM3 (132 SMs)") -> bucket ->
+    /// kernel id. A device of that name is served these; any other device of the arch
+    /// `tuned`. (A runtime that does not know the field serves `tuned` to every device.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tuned_by_gpu: BTreeMap<String, BTreeMap<u32, String>>,
 }
 
 /// The kernels of one arch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArchEntry {
-    /// The GPU the tuned choices were measured on; none: every spec serves its default.
+    /// The GPU the tuned choices were measured on (the arch's GPU with the most tuning
+    /// records: devices without their own, `SpecEntry::tuned_by_gpu`, are served its
+    /// choices); none: every spec serves its default.
     pub tuned_on: Option<String>,
     /// Spec tag -> what serves it.
     pub specs: BTreeMap<String, SpecEntry>,

@@ -86,6 +86,7 @@ fn cubins_for_another_gpu_or_changed_since_the_build_are_refused() {
         compute_capability: (9, 0),
         arch: Arch::Sm90,
         sm_count: 132,
+        gpu: "NVIDIA H200 (132 SMs)".into(),
     };
     let (sm90, hash) = with_sm(90);
     assert_eq!(check_cubin(&sm90, &hash, &h200), Ok(()));

@@ -40,6 +40,50 @@ fn a_problem_gets_its_bucket_or_the_nearest_tuned_one_or_the_default() {
 }
 
 #[test]
+fn a_device_with_its_own_tuned_choices_is_served_them_and_any_other_the_archs() {
+    let (_dir, cache) = open(&manifest());
+    let cache = cache.unwrap();
+    let h100 = gpu_name("NVIDIA H100 80GB HBM3", 132);
+    // The H100's own choice at 4096 (the default), named as the H100's.
+    let s = cache.select_on(&query(128, 3000), Some(&h100)).unwrap();
+    assert_eq!(
+        (s.id, s.reason, s.tuned_on),
+        (
+            "a_d128_default",
+            Reason::Tuned { bucket: 4096 },
+            Some(h100.as_str())
+        )
+    );
+    // Its nearest own bucket where it has no record of the problem's.
+    let s = cache.select_on(&query(128, 1000), Some(&h100)).unwrap();
+    assert_eq!(
+        (s.id, s.reason),
+        (
+            "a_d128_default",
+            Reason::NearestTuned {
+                bucket: 4096,
+                wanted: 1024
+            }
+        )
+    );
+    // Another device, or none, or an SM count that differs: the arch's choices.
+    for gpu in [
+        None,
+        Some("NVIDIA H200 (132 SMs)"),
+        Some("NVIDIA H100 80GB HBM3 (114 SMs)"),
+    ] {
+        let s = cache.select_on(&query(128, 3000), gpu).unwrap();
+        assert_eq!((s.id, s.tuned_on), ("b_d128_tuned", None), "{gpu:?}");
+    }
+    // A spec the H100 has no choices for serves the arch's (here its default).
+    let s = cache.select_on(&query(64, 3000), Some(&h100)).unwrap();
+    assert_eq!(
+        (s.id, s.reason, s.tuned_on),
+        ("c_d64_default", Reason::Default, None)
+    );
+}
+
+#[test]
 fn a_lookup_resolves_the_mask_as_a_launch_does() {
     let local = |window, max_q| Query {
         mask: MaskKind::Local,
@@ -96,6 +140,7 @@ fn an_untuned_spec_serving_a_related_specs_choices_says_so() {
             default: "f_sinks_default".into(),
             tuned: BTreeMap::from([(4096, "g_sinks_borrowed".into())]),
             borrowed_from: Some(plain.tag()),
+            tuned_by_gpu: BTreeMap::new(),
         },
     );
     let (_dir, cache) = open(&m);
@@ -151,6 +196,7 @@ fn a_sliding_window_is_served_by_its_width_not_its_sequence() {
                 (1024, "e_local_wide".into()),
             ]),
             borrowed_from: None,
+            tuned_by_gpu: BTreeMap::new(),
         },
     );
     let (_dir, cache) = open(&m);
