@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig, VARLEN_KERNEL_ENTRY};
+use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig};
 use rayon::prelude::*;
 
-use crate::compile::{code, resources, varlen_options};
+use crate::compile::{code, resources, varlen_build};
 use crate::compile::{Nvrtc, Reporter};
 use crate::db::{self, GpuId, Record};
 use crate::fsutil::{write_atomic, WriteError};
@@ -368,20 +368,12 @@ pub fn build(
                 let varlen = match footprint.varlen_tiles {
                     false => None,
                     true => {
-                        let output = nvrtc
-                            .compile(
-                                &name,
-                                &rendered.source,
-                                &headers,
-                                &varlen_options(&rendered.options),
-                            )?
+                        varlen_build(nvrtc, &name, &rendered.source, &headers, &rendered.options)?
                             .map_err(|f| CacheBuildError::Compile {
                                 id: id.clone(),
                                 log: f.log,
-                            })?;
-                        resources::parse(&output.log, VARLEN_KERNEL_ENTRY)
-                            .filter(|r| r.disqualification().is_none())
-                            .map(|_| output.cubin)
+                            })?
+                            .map(|(cubin, _)| cubin)
                     }
                 };
                 write_if_differs(&out.join(&src_rel), rendered.source.as_bytes())?;

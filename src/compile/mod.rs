@@ -121,33 +121,29 @@ impl BuildDir {
 
     /// Reads a built kernel's cubin and checks it is the one the report describes.
     pub fn read_cubin(&self, k: &BuiltKernel) -> Result<Vec<u8>, String> {
-        let path = self.path(&k.cubin);
+        self.read_checked(&k.cubin, &k.cubin_hash)
+    }
+
+    /// The varlen build's cubin of `k`, where it has one, checked against the report.
+    pub fn read_varlen_cubin(&self, k: &BuiltKernel) -> Result<Option<Vec<u8>>, String> {
+        k.varlen_cubin_hash
+            .as_ref()
+            .map(|hash| self.read_checked(&fa4_spec::varlen_cubin_path(&k.cubin), hash))
+            .transpose()
+    }
+
+    /// The file at `rel`, whose FNV-1a 64 the report says is `hash`.
+    fn read_checked(&self, rel: &str, hash: &str) -> Result<Vec<u8>, String> {
+        let path = self.path(rel);
         let bytes =
             std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if format!("{:016x}", fnv1a64(&bytes)) != k.cubin_hash {
+        if format!("{:016x}", fnv1a64(&bytes)) != hash {
             return Err(format!(
                 "{} does not match its build report (hash differs): rebuild with `fa4-gen compile`",
                 path.display()
             ));
         }
         Ok(bytes)
-    }
-
-    /// The varlen build's cubin of `k`, where it has one, checked against the report.
-    pub fn read_varlen_cubin(&self, k: &BuiltKernel) -> Result<Option<Vec<u8>>, String> {
-        let Some(hash) = &k.varlen_cubin_hash else {
-            return Ok(None);
-        };
-        let path = self.path(&fa4_spec::varlen_cubin_path(&k.cubin));
-        let bytes =
-            std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        if format!("{:016x}", fnv1a64(&bytes)) != *hash {
-            return Err(format!(
-                "{} does not match its build report (hash differs): rebuild with `fa4-gen compile`",
-                path.display()
-            ));
-        }
-        Ok(Some(bytes))
     }
 }
 
@@ -193,11 +189,30 @@ pub struct BuiltKernel {
     pub compile_ms: u64,
 }
 
-/// The NVRTC options of a kernel's varlen build (`FA4_VARLEN_ENTRY` selects its entry).
-pub fn varlen_options(options: &[String]) -> Vec<String> {
+/// A varlen build's cubin and ptxas's report for its entry; None: the kernel ships without
+/// one. Err: NVRTC refused the source.
+pub type VarlenBuild = Result<Option<(Vec<u8>, Resources)>, CompileFailure>;
+
+/// A kernel's varlen build: `source` compiled again with `FA4_VARLEN_ENTRY` (its entry,
+/// `VARLEN_KERNEL_ENTRY`), apart from the dense build (hopper_fwd.cu.tera says why).
+/// Ok(None) where the build spills or ptxas reports nothing for the entry: the kernel
+/// then ships without one and varlen batches take the dense build and grid.
+pub fn varlen_build(
+    nvrtc: &Nvrtc,
+    name: &str,
+    source: &str,
+    headers: &[(&str, &str)],
+    options: &[String],
+) -> Result<VarlenBuild, NvrtcError> {
     let mut options = options.to_vec();
     options.push("-DFA4_VARLEN_ENTRY".into());
-    options
+    Ok(nvrtc
+        .compile(name, source, headers, &options)?
+        .map(|output| {
+            resources::parse(&output.log, VARLEN_KERNEL_ENTRY)
+                .filter(|r| r.disqualification().is_none())
+                .map(|r| (output.cubin, r))
+        }))
 }
 
 /// A candidate set aside, statically or after compiling, and why.
@@ -467,25 +482,18 @@ fn compile_one(
     let varlen_path = dir.path(&fa4_spec::varlen_cubin_path(&cubin_rel));
     let _ = std::fs::remove_file(&varlen_path);
     if footprint.varlen_tiles {
-        let options = varlen_options(&rendered.options);
-        let result = nvrtc.compile(
-            &source_path.display().to_string(),
-            &rendered.source,
-            headers,
-            &options,
-        )?;
-        let output = match result {
-            Ok(output) => output,
+        let name = source_path.display().to_string();
+        match varlen_build(nvrtc, &name, &rendered.source, headers, &rendered.options)? {
+            Ok(None) => {}
+            Ok(Some((cubin, res))) => {
+                write_atomic(&varlen_path, &cubin)?;
+                varlen_cubin_hash = Some(format!("{:016x}", fnv1a64(&cubin)));
+                varlen_registers = Some(res.registers);
+            }
             Err(failure) => {
                 let outcome = reject(RejectKind::Compile, "NVRTC: the varlen build failed".into());
                 return Ok((outcome, Some((source_path, failure))));
             }
-        };
-        let res = resources::parse(&output.log, VARLEN_KERNEL_ENTRY);
-        if let Some(res) = res.filter(|r| r.disqualification().is_none()) {
-            write_atomic(&varlen_path, &output.cubin)?;
-            varlen_cubin_hash = Some(format!("{:016x}", fnv1a64(&output.cubin)));
-            varlen_registers = Some(res.registers);
         }
     }
     write_atomic(&cubin_path, &output.cubin)?;
