@@ -8,6 +8,8 @@
 #   unpack_kit NAME          # there: the binary as $B, the export in /tmp/db.sled, the build
 #                            # in /tmp/build; then steps_begin, with steps_end as the EXIT trap
 #   step NAME NEED CMD...    # CMD with its log in $R/NAME.log, if NEED seconds are left
+#   pack_binaries            # here: the binary, the runtime library and the commit into .device
+#   unpack_binaries          # there: them as $B and .device/libfa4_runtime.so
 
 pack_kit() {
     local name=$1 build=$2
@@ -62,4 +64,20 @@ steps_end() {
         xz -T0 "$R/sm90-new.json" 2> /dev/null || true
     fi
     tar czf "$OUT/r.tgz" -C "$OUT" r
+}
+
+pack_binaries() {
+    mkdir -p .device
+    # compressed: the tree and what a call carries travel within 64 MiB
+    xz -T0 -6 -c target/release/fa4-gen > .device/fa4-gen.xz
+    xz -T0 -6 -c target/release/libfa4_runtime.so > .device/libfa4_runtime.so.xz
+    git describe --always --dirty --abbrev=8 > .device/commit
+}
+
+unpack_binaries() {
+    # global: the callers' steps run $B
+    B=$PWD/.device/fa4-gen
+    xz -dc .device/fa4-gen.xz > "$B"
+    xz -dc .device/libfa4_runtime.so.xz > .device/libfa4_runtime.so
+    chmod +x "$B"
 }

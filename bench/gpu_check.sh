@@ -17,20 +17,13 @@ cd "$(dirname "$0")/.."
 . bench/device_steps.sh
 
 prepare() {
-    mkdir -p .device
-    # compressed: the tree and what a call carries travel within 64 MiB
-    xz -T0 -6 -c target/release/fa4-gen > .device/fa4-gen.xz
-    xz -T0 -6 -c target/release/libfa4_runtime.so > .device/libfa4_runtime.so.xz
+    pack_binaries
     cp ../shared/bench/peers.py ../shared/bench/compare.py .device/
-    git describe --always --dirty --abbrev=8 > .device/commit
     du -ch .device/*.xz | tail -1
 }
 
 run() {
-    B=$PWD/.device/fa4-gen
-    xz -dc .device/fa4-gen.xz > "$B"
-    xz -dc .device/libfa4_runtime.so.xz > .device/libfa4_runtime.so
-    chmod +x "$B"
+    unpack_binaries
     steps_begin
     trap 'steps_end' EXIT
     cp .device/commit "$R/commit"

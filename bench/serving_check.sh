@@ -20,10 +20,7 @@ cd "$(dirname "$0")/.."
 . bench/device_steps.sh
 
 prepare() {
-    mkdir -p .device
-    xz -T0 -6 -c target/release/fa4-gen > .device/fa4-gen.xz
-    xz -T0 -6 -c target/release/libfa4_runtime.so > .device/libfa4_runtime.so.xz
-    git describe --always --dirty --abbrev=8 > .device/commit
+    pack_binaries
     du -ch .device/*.xz | tail -1
 }
 
@@ -39,10 +36,7 @@ fa4_site() {
 }
 
 run() {
-    B=$PWD/.device/fa4-gen
-    xz -dc .device/fa4-gen.xz > "$B"
-    xz -dc .device/libfa4_runtime.so.xz > .device/libfa4_runtime.so
-    chmod +x "$B"
+    unpack_binaries
     steps_begin
     trap 'steps_end' EXIT
     cp .device/commit "$R/commit"
