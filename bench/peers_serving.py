@@ -12,7 +12,7 @@ total_q, max_seqlen_q, ms, tflops (the pairs the causal mask leaves, counted exa
 the CLI's rows count them), rel_err (O against fa4-gen's, relative L2). The table at the
 end gives per mix each backend's ms and fa4-gen's ratio to the best peer (>1: faster),
 for the CLI's tuned row and the Python call."""
-import argparse, json, math, sys
+import argparse, itertools, json, math, sys
 import torch
 import triton
 
@@ -25,7 +25,7 @@ def packed(seqlens, heads, heads_kv, d, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     tq, tk = sum(q for q, _ in seqlens), sum(k for _, k in seqlens)
     mk = lambda n, h: torch.randn(n, h, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    cu = lambda xs: torch.tensor([0] + list(__import__("itertools").accumulate(xs)), device="cuda", dtype=torch.int32)
+    cu = lambda xs: torch.tensor([0] + list(itertools.accumulate(xs)), device="cuda", dtype=torch.int32)
     return (mk(tq, heads), mk(tk, heads_kv), mk(tk, heads_kv),
             cu([q for q, _ in seqlens]), cu([k for _, k in seqlens]),
             max(q for q, _ in seqlens), max(k for _, k in seqlens))
