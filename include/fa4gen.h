@@ -33,7 +33,8 @@ typedef struct {
     uint32_t head_dim;
     uint32_t head_dim_v;
     uint32_t mask;         /* 0 none, 1 causal, 2 local (sliding window) */
-    uint32_t features;     /* bit 0 sinks, bit 1 softcap, bit 2 paged K/V */
+    uint32_t features;     /* bit 0 sinks, bit 1 softcap, bit 2 paged K/V; bit 3: the call is a varlen */
+                           /* batch of several sequences (served its bucket's ragged choice) */
     uint32_t max_seqlen_q; /* longest query sequence of the batch */
     int32_t window_left;   /* FlashAttention's window_size (-1: unbounded), read for local masks: */
     int32_t window_right;  /* a window bounded on both sides is served by its width's bucket */
@@ -52,7 +53,8 @@ typedef struct {
     uint32_t registers;
     uint32_t reason;       /* 0 the bucket's tuned choice, 1 the nearest tuned bucket's, 2 the default,
                               3 a related spec's tuned choice for the bucket (the spec untuned: the
-                              same spec without sinks; see generated/manifest.json's borrowed_from) */
+                              same spec without sinks; see generated/manifest.json's borrowed_from),
+                              4 the bucket's choice tuned on ragged varlen batches (features bit 3) */
     uint32_t bucket;       /* the tuned bucket used, 0 for the default */
     uint32_t is_default;
 } fa4gen_selection;

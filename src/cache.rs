@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use fa4_spec::{fnv1a64, Arch, Features, KernelSpec, TileConfig};
+use fa4_spec::{fnv1a64, Arch, Bucket, Features, KernelSpec, TileConfig};
 use rayon::prelude::*;
 
 use crate::compile::{code, resources, varlen_build};
@@ -64,13 +64,13 @@ pub struct Plan {
     /// Per arch, the GPU its tuned choices come from (none: every spec serves its default).
     pub tuned_on: BTreeMap<Arch, Option<String>>,
     /// Every (candidate, tuned bucket or `None` for the default) the cache needs.
-    pub wanted: Vec<(Candidate, Option<u32>)>,
+    pub wanted: Vec<(Candidate, Option<Bucket>)>,
     /// The specs without tuned records of their own that serve a related spec's tuned
     /// choices ([`donor`]): spec -> that spec.
     pub borrowed: BTreeMap<KernelSpec, KernelSpec>,
     /// The tuned choices of each arch's other GPUs (those not `tuned_on`): (GPU, the
     /// choice, its bucket), served to devices of that name (`SpecEntry::tuned_by_gpu`).
-    pub by_gpu: Vec<(String, Candidate, u32)>,
+    pub by_gpu: Vec<(String, Candidate, Bucket)>,
 }
 
 /// The spec whose tuned choices serve `spec` where `spec` was not tuned itself: the same
@@ -132,7 +132,7 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
     archs.sort();
     archs.dedup();
     let mut tuned_on = BTreeMap::new();
-    let mut wanted: Vec<(Candidate, Option<u32>)> = Vec::new();
+    let mut wanted: Vec<(Candidate, Option<Bucket>)> = Vec::new();
     let mut borrowed = BTreeMap::new();
     let mut by_gpu = Vec::new();
     for &arch in &archs {
@@ -149,7 +149,7 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
                     spec: r.spec,
                     config: choice.config.clone(),
                 };
-                by_gpu.push((GpuId::of(r).to_string(), c, r.bucket.seqlen));
+                by_gpu.push((GpuId::of(r).to_string(), c, r.bucket));
             }
         }
         for (template, spec) in specs.iter().filter(|(_, s)| s.arch == arch) {
@@ -168,7 +168,7 @@ pub fn plan(specs: &[(Template, KernelSpec)], records: &[Record], untuned: Untun
                     spec,
                     config: choice.config.clone(),
                 };
-                Some((c, Some(r.bucket.seqlen)))
+                Some((c, Some(r.bucket)))
             };
             let served = |r: &Record| specs.iter().any(|(t, s)| *t == r.template && *s == r.spec);
             wanted.extend(
@@ -466,11 +466,7 @@ pub fn merged(prev: &Manifest, built: Manifest) -> Manifest {
     }
     let mut kernels = BTreeMap::new();
     for spec in archs.values().flat_map(|a| a.specs.values()) {
-        let by_gpu = spec.tuned_by_gpu.values().flat_map(|t| t.values());
-        for id in std::iter::once(&spec.default)
-            .chain(spec.tuned.values())
-            .chain(by_gpu)
-        {
+        for id in spec.kernel_ids() {
             if let Some(k) = built.kernels.get(id).or_else(|| prev.kernels.get(id)) {
                 kernels.insert(id.clone(), k.clone());
             }
@@ -546,11 +542,16 @@ pub fn arch_entries(renderer: &Renderer, plan: &Plan) -> BTreeMap<Arch, ArchEntr
                 tuned: BTreeMap::new(),
                 borrowed_from: plan.borrowed.get(&c.spec).map(KernelSpec::tag),
                 tuned_by_gpu: BTreeMap::new(),
+                tuned_ragged: BTreeMap::new(),
+                tuned_ragged_by_gpu: BTreeMap::new(),
             });
         match bucket {
             None => entry.default = id,
+            Some(b) if b.ragged => {
+                entry.tuned_ragged.insert(b.seqlen, id);
+            }
             Some(b) => {
-                entry.tuned.insert(*b, id);
+                entry.tuned.insert(b.seqlen, id);
             }
         }
     }
@@ -560,11 +561,15 @@ pub fn arch_entries(renderer: &Renderer, plan: &Plan) -> BTreeMap<Arch, ArchEntr
             .get_mut(&c.spec.arch)
             .and_then(|a| a.specs.get_mut(&c.spec.tag()))
         {
-            entry
-                .tuned_by_gpu
+            let choices = if bucket.ragged {
+                &mut entry.tuned_ragged_by_gpu
+            } else {
+                &mut entry.tuned_by_gpu
+            };
+            choices
                 .entry(gpu.clone())
                 .or_default()
-                .insert(*bucket, id);
+                .insert(bucket.seqlen, id);
         }
     }
     out

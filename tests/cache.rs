@@ -10,7 +10,7 @@ use fa4_gen::render::Renderer;
 use fa4_gen::runtime::{KernelCache, Query, Reason};
 use fa4_gen::space::{Template, TemplateSpace};
 use fa4_gen::spec::manifest::{Manifest, MANIFEST_FILE};
-use fa4_gen::spec::{Arch, Dtype, Features, KernelSpec, MaskKind};
+use fa4_gen::spec::{Arch, Bucket, Dtype, Features, KernelSpec, MaskKind};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -19,6 +19,16 @@ fn repo() -> PathBuf {
 fn export() -> Vec<fa4_gen::db::Record> {
     let path = repo().join("tuning-db/sm90.json");
     parse_export(&path, &std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// The export's current records of the H200 (the arch's most-tuned GPU) alone: the
+/// tests that add another GPU's records start from them.
+fn h200_export(renderer: &Renderer) -> Vec<fa4_gen::db::Record> {
+    let mut records = export();
+    records.retain(|r| {
+        r.device.name == "NVIDIA H200" && !r.is_stale(|t| renderer.template_hash(t).to_string())
+    });
+    records
 }
 
 fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -106,6 +116,7 @@ fn a_cache_builds_reproducibly_and_serves_the_tuned_choices() {
             features: Features::default(),
             max_seqlen_q: seqlen,
             window: (-1, -1),
+            ragged: false,
         };
         let s = cache.select(&q).unwrap();
         let bucket = fa4_gen::spec::Bucket::of(seqlen).seqlen;
@@ -169,7 +180,7 @@ fn an_untuned_sinks_spec_serves_its_plain_twins_choices() {
         .all(|(c, b)| c.spec != sinks || b.is_none()));
     let plan = cache::plan(&specs, &records, cache::Untuned::Borrow);
     assert_eq!(plan.borrowed, BTreeMap::from([(sinks, plain)]));
-    let buckets = |spec: KernelSpec| -> BTreeMap<u32, fa4_gen::spec::TileConfig> {
+    let buckets = |spec: KernelSpec| -> BTreeMap<fa4_gen::spec::Bucket, fa4_gen::spec::TileConfig> {
         plan.wanted
             .iter()
             .filter(|(c, b)| c.spec == spec && b.is_some())
@@ -194,8 +205,7 @@ fn an_untuned_sinks_spec_serves_its_plain_twins_choices() {
 #[test]
 fn a_second_gpus_records_are_served_to_devices_of_its_name() {
     let renderer = Renderer::embedded().unwrap();
-    let mut records = export();
-    records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
+    let mut records = h200_export(&renderer);
     let d128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
     let d64 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::Causal);
     // The H100 measured d128 causal only, and kept the default where it was tuned.
@@ -231,6 +241,49 @@ fn a_second_gpus_records_are_served_to_devices_of_its_name() {
     // spec the H100 did not measure has no choices of its own.
     assert!(served[&d128.tag()].tuned.values().any(|id| id != default));
     assert!(served[&d64.tag()].tuned_by_gpu.is_empty());
+}
+
+/// Ragged records are served to ragged batches: the most-tuned GPU's in `tuned_ragged`,
+/// another GPU's in `tuned_ragged_by_gpu`, each beside the dense choices of its bucket.
+#[test]
+fn ragged_records_are_served_to_ragged_batches() {
+    let renderer = Renderer::embedded().unwrap();
+    let mut records = h200_export(&renderer);
+    let d128 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+    let dense = |seqlen: u32| {
+        records
+            .iter()
+            .find(|r| {
+                r.template == Template::Hopper && r.spec == d128 && r.bucket == Bucket::of(seqlen)
+            })
+            .unwrap()
+            .clone()
+    };
+    // The H200 measured ragged 4096 (its default served there), the H100 ragged 2048.
+    let mut h200 = dense(4096);
+    h200.bucket = h200.bucket.ragged();
+    h200.candidates.truncate(1);
+    let mut h100 = dense(2048);
+    h100.bucket = h100.bucket.ragged();
+    h100.device.name = "NVIDIA H100 80GB HBM3".into();
+    h100.candidates.truncate(1);
+    records.extend([h200, h100]);
+    let specs = vec![(Template::Hopper, d128)];
+    let plan = cache::plan(&specs, &records, cache::Untuned::Default);
+    let entries = cache::arch_entries(&renderer, &plan);
+    let entry = &entries[&Arch::Sm90].specs[&d128.tag()];
+    assert_eq!(
+        entry.tuned_ragged,
+        BTreeMap::from([(4096, entry.default.clone())])
+    );
+    let h100_name = fa4_gen::runtime::gpu_name("NVIDIA H100 80GB HBM3", 132);
+    assert_eq!(
+        entry.tuned_ragged_by_gpu[&h100_name],
+        BTreeMap::from([(2048, entry.default.clone())])
+    );
+    // The dense choices are the H200's, as before.
+    assert_eq!(entry.tuned.len(), 9);
+    assert!(entry.tuned_by_gpu.is_empty());
 }
 
 /// A borrowed choice whose kernel did not build is left out of the plan (its spec serves

@@ -1194,3 +1194,39 @@ fn list_defaults_are_shown_as_they_are_typed() {
     assert!(help.contains("[default: -1,-1]"), "{help}");
     assert_eq!(explain(&[]), explain(&["--window", "-1,-1"]));
 }
+
+/// A ragged varlen batch on the H100 is served the H100's ragged choice from the
+/// committed cache; the same longest prompt in a dense batch, or on another GPU, is not.
+#[test]
+fn explain_serves_a_ragged_batch_its_gpus_ragged_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("generated");
+    let explain = |extra: &[&str]| {
+        let mut args = vec![
+            "explain",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--head-dim",
+            "128",
+            "--seqlen",
+            "1000",
+        ];
+        args.extend_from_slice(extra);
+        let out = fa4_gen(dir.path(), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let h100 = ["--gpu", "NVIDIA H100 80GB HBM3 (132 SMs)"];
+    let ragged = explain(&[&h100[..], &["--ragged"]].concat());
+    assert!(
+        ragged.contains("tuned on NVIDIA H100 80GB HBM3 (132 SMs) for ragged batches, bucket 1024"),
+        "{ragged}"
+    );
+    let dense = explain(&h100);
+    assert!(dense.contains("tuned on NVIDIA H200"), "{dense}");
+    let kernel = |out: &str| out.lines().next().unwrap_or("").to_string();
+    assert_ne!(kernel(&ragged), kernel(&dense));
+    // No ragged choices of the H200: a ragged batch there is served the dense bucket's.
+    let h200 = explain(&["--ragged"]);
+    assert_eq!(kernel(&h200), kernel(&explain(&[])));
+}

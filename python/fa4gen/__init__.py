@@ -35,7 +35,7 @@ __all__ = ["flash_attn_varlen_func", "flash_attn_func", "flash_attn_with_kvcache
            "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "routed", "KernelCache", "Fa4genError", "version"]
 
 OK, ERR_INVALID_ARGUMENT, ERR_CACHE, ERR_UNSUPPORTED, ERR_INTERNAL, ERR_CUDA = range(6)
-_REASONS = {0: "tuned", 1: "nearest tuned bucket", 2: "default", 3: "borrowed"}
+_REASONS = {0: "tuned", 1: "nearest tuned bucket", 2: "default", 3: "borrowed", 4: "tuned ragged"}
 _ARCHS = {"sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90, "sm100": 100, "sm120": 120}
 _HERE = Path(__file__).resolve().parent
 
@@ -155,14 +155,17 @@ class KernelCache:
             pass
 
     def select(self, head_dim, max_seqlen_q, dtype="bf16", causal=False, window_size=(-1, -1),
-               sinks=False, softcap=0.0, paged=False, head_dim_v=None, arch="sm90", max_seqlen_k=None):
+               sinks=False, softcap=0.0, paged=False, head_dim_v=None, arch="sm90", max_seqlen_k=None,
+               ragged=False):
         """The kernel for a problem, as flash_attn_varlen_func's arguments describe it:
         a finite ``window_size`` side means a local mask (one bounded on both sides, with
         ``causal`` its right side 0, is served by the bucket of its width, not of
         ``max_seqlen_q``), ``softcap > 0`` soft-capping,
         ``paged`` a block table; a window wider than ``max_seqlen_k`` (default
         ``max_seqlen_q``) is looked up as the causal or unmasked kernel that ``prefill``
-        launches for it. Returns a dict: kernel id, cubin, launch parameters and
+        launches for it; ``ragged`` a varlen batch of several sequences (served its
+        bucket's choice tuned on such batches, where the cache has one, as ``prefill``
+        serves one). Returns a dict: kernel id, cubin, launch parameters and
         why it was chosen. Raises Fa4genError naming what is unsupported."""
         local = any(w >= 0 for w in window_size)
         q = _Query(
@@ -171,7 +174,8 @@ class KernelCache:
             head_dim=head_dim,
             head_dim_v=head_dim if head_dim_v is None else head_dim_v,
             mask=2 if local else (1 if causal else 0),
-            features=(1 if sinks else 0) | (2 if softcap > 0 else 0) | (4 if paged else 0),
+            features=(1 if sinks else 0) | (2 if softcap > 0 else 0) | (4 if paged else 0)
+            | (8 if ragged else 0),
             max_seqlen_q=max_seqlen_q,
             window_left=int(window_size[0]),
             window_right=0 if causal else int(window_size[1]),  # causal bounds the right side

@@ -66,6 +66,10 @@ pub struct ExplainArgs {
     /// The longest query sequence of the batch (max_seqlen_q).
     #[arg(long)]
     pub seqlen: u32,
+    /// A varlen batch of several sequences (prompts of mixed length packed with
+    /// cu_seqlens): served its bucket's ragged choice where the cache has one.
+    #[arg(long)]
+    pub ragged: bool,
     /// The device, as tuning names GPUs ("NVIDIA H100 80GB HBM3 (132 SMs)"): its own
     /// tuned choices where the cache has them [default: the arch's]
     #[arg(long)]
@@ -316,6 +320,7 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
         features,
         max_seqlen_q: a.seqlen,
         window: super::window_arg(&a.window)?,
+        ragged: a.ragged,
     }
     .as_launched(a.seqlen_k.unwrap_or(a.seqlen));
     let s = cache
@@ -345,6 +350,11 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
             (MIN_GAIN_SCREENED - 1.0) * 100.0
         ),
         Reason::Tuned { bucket } => format!("tuned on {gpu}, bucket {bucket}: the fastest candidate"),
+        Reason::TunedRagged { bucket } => format!(
+            "tuned on {gpu} for ragged batches, bucket {bucket} (varlen batches of prompts up to \
+             {bucket} tokens): the fastest candidate{}",
+            if s.is_default { ", the heuristic default" } else { "" }
+        ),
         Reason::NearestTuned { bucket, wanted } => format!(
             "no record for bucket {wanted}: the choice tuned on {gpu} for the nearest bucket, {bucket}"
         ),

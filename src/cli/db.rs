@@ -75,7 +75,7 @@ pub(super) fn run(a: DbArgs, quiet: bool) -> CliResult {
         DbAction::Show => {
             let records = db.records()?;
             println!(
-                "{:<34} {:>6} {:<16} {:<28} {:>9} {:>9}",
+                "{:<34} {:>11} {:<16} {:<28} {:>9} {:>9}",
                 "spec", "bucket", "device", "winner", "ms", "default"
             );
             for r in &records {
@@ -86,9 +86,9 @@ pub(super) fn run(a: DbArgs, quiet: bool) -> CliResult {
                     |(c, ms)| (c.config.tag(), format!("{ms:.3}")),
                 );
                 println!(
-                    "{:<34} {:>6} {:<16} {:<28} {:>9} {:>9}",
+                    "{:<34} {:>11} {:<16} {:<28} {:>9} {:>9}",
                     r.spec.tag(),
-                    r.bucket.seqlen,
+                    r.bucket.to_string(),
                     r.device.name,
                     winner,
                     ms,

@@ -24,6 +24,11 @@ pub struct TuneArgs {
     /// Sequence-length buckets (powers of two, 128 to 32768) [default: all].
     #[arg(long, value_delimiter = ',')]
     pub buckets: Vec<u32>,
+    /// Ragged buckets to tune (varlen batches of prompts of mixed length, timed on such a
+    /// batch; causal and unmasked specs): both (each bucket dense and ragged), yes
+    /// (ragged only) or no (dense only).
+    #[arg(long, default_value = "both")]
+    pub ragged: String,
     /// Start no new measurement after this much wall time (90s, 10m, 1h); what was
     /// measured is kept and the next run resumes.
     #[arg(long)]
@@ -102,7 +107,9 @@ fn request(a: &TuneArgs) -> Result<TuneRequest, CliError> {
         };
     }
     let specs = spec_args.specs(&[arch])?;
-    let buckets = tune::parse_buckets(&a.buckets).map_err(CliError::Usage)?;
+    let buckets = tune::parse_buckets(&a.buckets)
+        .and_then(|b| tune::with_ragged(&b, &a.ragged))
+        .map_err(CliError::Usage)?;
     let shard = match &a.shard {
         Some(s) => tune::parse_shard(s).map_err(CliError::Usage)?,
         None => (0, 1),
@@ -158,16 +165,20 @@ fn print_summary(s: &TuneSummary, json: bool) {
     // ms are settled times where the key's finals ran, screening times (marked *)
     // where they did not.
     println!(
-        "{:<34} {:>6} {:<30} {:>10} {:<30} {:>10} {:>7}",
+        "{:<34} {:>11} {:<30} {:>10} {:<30} {:>10} {:>7}",
         "spec", "bucket", "default", "ms", "winner", "ms", "speedup"
     );
     for r in &t.rows {
         let mark = if r.settled { " " } else { "*" };
         let ms = |v: Option<f64>| v.map_or("-".to_string(), |m| format!("{m:.4}{mark}"));
         println!(
-            "{:<34} {:>6} {:<30} {:>10} {:<30} {:>10} {:>7}",
+            "{:<34} {:>11} {:<30} {:>10} {:<30} {:>10} {:>7}",
             r.spec,
-            r.bucket,
+            fa4_spec::Bucket {
+                seqlen: r.bucket,
+                ragged: r.ragged
+            }
+            .to_string(),
             r.default_config,
             ms(r.default_ms),
             r.winner_config.as_deref().unwrap_or("(none measured)"),

@@ -233,8 +233,10 @@ pub fn record_key(
 /// they were all the portable template's).
 fn legacy_key(spec: &KernelSpec, bucket: Bucket, device: &Device) -> String {
     format!(
-        "{}/s{:05}/{}-{}sm",
+        "{}/{}{:05}/{}-{}sm",
         spec.tag(),
+        // s: a dense bucket (every key before ragged buckets), r: a ragged one
+        if bucket.ragged { 'r' } else { 's' },
         bucket.seqlen,
         device.name.replace([' ', '/'], "_"),
         device.sm_count

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use fa4_spec::{Arch, KernelSpec, TileConfig};
+use fa4_spec::{Arch, Bucket, KernelSpec, TileConfig};
 
 use super::record::Record;
 use super::store::TuningDb;
@@ -56,8 +56,8 @@ pub fn served_gpu<'a>(
 
 /// What [`tuned_choices`] found.
 pub struct TunedPicks {
-    /// The served config by (template, spec, bucket seqlen).
-    pub choices: BTreeMap<(Template, KernelSpec, u32), TileConfig>,
+    /// The served config by (template, spec, bucket).
+    pub choices: BTreeMap<(Template, KernelSpec, Bucket), TileConfig>,
     /// Records of other template versions, left out.
     pub stale: usize,
     /// The GPU the choices were measured on, where it is not `own`.
@@ -65,9 +65,10 @@ pub struct TunedPicks {
 }
 
 /// The tuned choices of the database at `path` for GPU `own` of `arch` with these
-/// templates, as the shipped cache serves them ([`served_gpu`]), and how many records
-/// were left out as stale (measured with other template versions: `template_hash`
-/// names the current ones).
+/// templates, as the shipped cache serves them: `own`'s choice for each key it has, the
+/// arch's most-tuned GPU's for the others ([`served_gpu`]); and how many records were
+/// left out as stale (measured with other template versions: `template_hash` names the
+/// current ones).
 pub fn tuned_choices(
     path: &Path,
     arch: Arch,
@@ -80,21 +81,29 @@ pub fn tuned_choices(
         .into_iter()
         .filter(|r| r.spec.arch == arch && templates.contains(&r.template))
         .collect();
-    let gpu = served_gpu(&records, arch, Some(own));
+    let most = served_gpu(&records, arch, None);
+    let has_own = records.iter().any(|r| GpuId::of(r) == *own);
     let (current, stale): (Vec<_>, Vec<_>) = records
         .into_iter()
-        .filter(|r| Some(GpuId::of(r)) == gpu)
+        .filter(|r| Some(GpuId::of(r)) == most || GpuId::of(r) == *own)
         .partition(|r| !r.is_stale(&template_hash));
-    let choices = current
-        .into_iter()
-        .filter_map(|r| {
-            let choice = r.choice()?.config.clone();
-            Some(((r.template, r.spec, r.bucket.seqlen), choice))
-        })
-        .collect();
+    // The most-tuned GPU's first, then the device's own over them.
+    let mut choices = BTreeMap::new();
+    let (own_records, others): (Vec<&Record>, Vec<&Record>) =
+        current.iter().partition(|r| GpuId::of(r) == *own);
+    for r in others.into_iter().chain(own_records) {
+        if let Some(choice) = r.choice() {
+            choices.insert((r.template, r.spec, r.bucket), choice.config.clone());
+        }
+    }
+    // Stale records whose keys no current record serves: their cells time the default.
+    let stale = stale
+        .iter()
+        .filter(|r| !choices.contains_key(&(r.template, r.spec, r.bucket)))
+        .count();
     Ok(TunedPicks {
         choices,
-        stale: stale.len(),
-        measured_on: gpu.filter(|g| g != own),
+        stale,
+        measured_on: most.filter(|g| g != own && !has_own),
     })
 }

@@ -65,7 +65,7 @@ impl<'g> GpuMeasurer<'g> {
             let f = FwdKernel::load(
                 self.gpu,
                 &k.cubin,
-                None, // the tuner times dense batches
+                k.varlen_cubin.as_deref(),
                 k.built.candidate.spec,
                 k.built.footprint,
             )?;

@@ -52,13 +52,13 @@ use fa4_spec::{Bucket, KernelSpec};
 pub use gpu::GpuMeasurer;
 pub use pipeline::{run, RunError, TimingSummary, TuneRequest, TuneSummary};
 pub use policy::{
-    bucket_cell, timing_policy, CHECK_CASES, FINALISTS, FINAL_PASSES, HIDDEN, KEY_WARMUP_MS,
-    PAGE_SIZE, SETTLE_MS, SOFTCAP, TIME_BUDGET_MS, TOKENS,
+    bucket_cell, ragged_cell, timing_policy, CHECK_CASES, FINALISTS, FINAL_PASSES, HIDDEN,
+    KEY_WARMUP_MS, PAGE_SIZE, SETTLE_MS, SOFTCAP, TIME_BUDGET_MS, TOKENS,
 };
 pub use resume::configs_to_time;
 pub use scope::{
     default_features, default_masks, parse_buckets, parse_budget, parse_shard, shard_keys,
-    stale_outside,
+    stale_outside, with_ragged,
 };
 pub use session::{Counts, Session};
 pub use spec::tune_spec;
@@ -83,10 +83,13 @@ impl Key {
     }
 }
 
-/// A candidate ready to measure: what the build recorded, and its cubin.
+/// A candidate ready to measure: what the build recorded, its cubin, and its varlen
+/// build's where it has one (ragged buckets and the varlen checks launch it, as the
+/// runtime does).
 pub struct TuneKernel {
     pub built: BuiltKernel,
     pub cubin: Vec<u8>,
+    pub varlen_cubin: Option<Vec<u8>>,
 }
 
 /// One timing: the median and the spread of the runs.

@@ -49,13 +49,15 @@ pub struct TuneRequest {
 }
 
 impl TuneRequest {
-    /// `specs` at every bucket, every shard, no budget, into [`Self::default_db`], built
+    /// `specs` at every bucket (dense and ragged), every shard, no budget, into [`Self::default_db`], built
     /// under `build/`.
     pub fn new(arch: Arch, specs: Vec<(Template, KernelSpec)>) -> Self {
         TuneRequest {
             arch,
             specs,
-            buckets: Bucket::all().collect(),
+            buckets: Bucket::all()
+                .chain(Bucket::all().map(Bucket::ragged))
+                .collect(),
             shard: (0, 1),
             budget: None,
             db: Self::default_db(arch),
@@ -358,9 +360,11 @@ pub fn run(
             let mut kernels: Vec<TuneKernel> = Vec::new();
             for k in summary.built() {
                 let cubin = dir.read_cubin(k).map_err(RunError::Cubin)?;
+                let varlen_cubin = dir.read_varlen_cubin(k).map_err(RunError::Cubin)?;
                 kernels.push(TuneKernel {
                     built: k.clone(),
                     cubin,
+                    varlen_cubin,
                 });
             }
             kernels.sort_by(|x, y| {

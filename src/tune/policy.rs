@@ -5,7 +5,7 @@
 use fa4_spec::{Bucket, KernelSpec, MaskKind};
 
 use crate::db::TimingPolicy;
-use crate::measure::bench::Cell;
+use crate::measure::bench::{ragged_mix, Cell};
 
 /// The problem timed for a bucket: the FlashAttention-3 paper's shapes (16384 tokens,
 /// hidden 2048), so `batch = tokens / seqlen` and `heads = hidden / head_dim`.
@@ -77,8 +77,11 @@ pub fn timing_policy() -> TimingPolicy {
 /// The problem a bucket is timed on. A local mask's bucket is the width of its window
 /// ([`Bucket::of_call`]): window `(bucket, 0)` over sequences four times as long, at
 /// least 4096 (gpt-oss's prompts in `bench --layers`), so nearly every tile sees the
-/// whole window.
+/// whole window. A ragged bucket: [`ragged_cell`].
 pub fn bucket_cell(spec: &KernelSpec, bucket: Bucket) -> Cell {
+    if bucket.ragged {
+        return ragged_cell(spec, bucket);
+    }
     let (seqlen, window) = if spec.mask == MaskKind::Local {
         let width = bucket.seqlen as i32;
         ((4 * width).clamp(4096, Bucket::MAX as i32), (width, 0))
@@ -99,6 +102,34 @@ pub fn bucket_cell(spec: &KernelSpec, bucket: Bucket) -> Cell {
         features: Some(spec.features),
         mask: spec.mask,
         window,
+        softcap: SOFTCAP,
+    }
+}
+
+/// Query heads per KV head of a ragged bucket's problem.
+pub const RAGGED_KV_HEADS: i32 = 8;
+
+/// The problem a ragged bucket is timed on: a varlen batch of prompts of mixed length,
+/// the longest the bucket's ([`ragged_mix`]: log-uniform from 32 tokens, [`TOKENS`] in
+/// all), over GQA heads as serving models have them: 8 KV heads, and query heads making
+/// a hidden size of about 4096 (Llama-3-8B's 32:8 at head dim 128, gpt-oss-20b's 64:8 at
+/// 64), causal or unmasked as the spec.
+pub fn ragged_cell(spec: &KernelSpec, bucket: Bucket) -> Cell {
+    let mix = ragged_mix(bucket.seqlen, TOKENS);
+    let group = (2 * HIDDEN / RAGGED_KV_HEADS / spec.head_dim as i32).max(1);
+    Cell {
+        head_dim: spec.head_dim,
+        head_dim_v: spec.head_dim_v,
+        seqlen: mix.max_q(),
+        batch: mix.seqlens.len() as i32,
+        heads: RAGGED_KV_HEADS * group,
+        heads_kv: RAGGED_KV_HEADS,
+        varlen: true,
+        layer: None,
+        mix: Some(mix),
+        features: Some(spec.features),
+        mask: spec.mask,
+        window: (-1, -1),
         softcap: SOFTCAP,
     }
 }

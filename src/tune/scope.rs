@@ -31,8 +31,9 @@ pub fn stale_outside(
     out
 }
 
-/// Every key of `specs` x `buckets`, sorted, and the `index`-th of `count` shards of
-/// them (round robin, so every shard gets short and long buckets).
+/// Every key of `specs` x `buckets` (ragged buckets for the specs that have them:
+/// [`Bucket::has_ragged`]), sorted, and the `index`-th of `count` shards of them (round
+/// robin, so every shard gets short and long buckets).
 pub fn shard_keys(
     specs: &[(Template, KernelSpec)],
     buckets: &[Bucket],
@@ -42,11 +43,14 @@ pub fn shard_keys(
     let mut keys: Vec<Key> = specs
         .iter()
         .flat_map(|&(template, spec)| {
-            buckets.iter().map(move |&bucket| Key {
-                template,
-                spec,
-                bucket,
-            })
+            buckets
+                .iter()
+                .filter(move |b| !b.ragged || Bucket::has_ragged(spec.mask))
+                .map(move |&bucket| Key {
+                    template,
+                    spec,
+                    bucket,
+                })
         })
         .collect();
     keys.sort();
@@ -113,6 +117,21 @@ pub fn parse_buckets(values: &[u32]) -> Result<Vec<Bucket>, String> {
         }
         out.push(b);
     }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// Parses `--ragged` (both, yes or no): `buckets` (dense) with their ragged twins, the
+/// ragged ones alone, or the dense ones.
+pub fn with_ragged(buckets: &[Bucket], ragged: &str) -> Result<Vec<Bucket>, String> {
+    let twins = buckets.iter().map(|b| b.ragged());
+    let mut out: Vec<Bucket> = match ragged {
+        "both" => buckets.iter().copied().chain(twins).collect(),
+        "yes" => twins.collect(),
+        "no" => buckets.to_vec(),
+        other => return Err(format!("--ragged {other}: expected both, yes or no")),
+    };
     out.sort();
     out.dedup();
     Ok(out)

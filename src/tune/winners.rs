@@ -10,6 +10,9 @@ use crate::space::Template;
 pub struct WinnerRow {
     pub spec: String,
     pub bucket: u32,
+    /// A ragged bucket's key (timed on a ragged varlen batch).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub ragged: bool,
     pub default_config: String,
     /// The default's and the winner's ms in the metric the winner is chosen by: settled
     /// times once the key's finals ran (`settled`), screening times before.
@@ -54,6 +57,7 @@ pub fn winners(
         rows.push(WinnerRow {
             spec: key.spec.tag(),
             bucket: key.bucket.seqlen,
+            ragged: key.bucket.ragged,
             default_config: default.map_or("-".into(), |c| c.config.tag()),
             default_ms,
             winner_config: winner.map(|(c, _)| c.config.tag()),

@@ -57,7 +57,8 @@ pub struct Fa4genQuery {
     pub head_dim_v: u32,
     /// 0 none, 1 causal, 2 local (sliding window).
     pub mask: u32,
-    /// Bit 0 sinks, bit 1 softcap, bit 2 paged K/V.
+    /// Bit 0 sinks, bit 1 softcap, bit 2 paged K/V; bit 3 a varlen batch of several
+    /// sequences (`Query::ragged`).
     pub features: u32,
     /// The longest query sequence of the batch.
     pub max_seqlen_q: u32,
@@ -209,9 +210,9 @@ fn query(q: &Fa4genQuery) -> Result<Query, String> {
         2 => MaskKind::Local,
         m => return Err(format!("mask {m} is not 0 (none), 1 (causal) or 2 (local)")),
     };
-    if q.features > 7 {
+    if q.features > 15 {
         return Err(format!(
-            "features {:#x} has bits beyond sinks|softcap|paged (0x7)",
+            "features {:#x} has bits beyond sinks|softcap|paged|ragged (0xf)",
             q.features
         ));
     }
@@ -228,6 +229,7 @@ fn query(q: &Fa4genQuery) -> Result<Query, String> {
         },
         max_seqlen_q: q.max_seqlen_q,
         window: (q.window_left, q.window_right),
+        ragged: q.features & 8 != 0,
     }
     .as_launched(q.max_seqlen_k))
 }
@@ -264,6 +266,7 @@ pub unsafe extern "C" fn fa4gen_select(
             Reason::NearestTuned { bucket, .. } => (1, bucket),
             Reason::Default => (2, 0),
             Reason::Borrowed { bucket, .. } => (3, bucket),
+            Reason::TunedRagged { bucket } => (4, bucket),
         };
         let k = s.kernel;
         let mut sel = Fa4genSelection {

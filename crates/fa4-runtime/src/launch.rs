@@ -79,6 +79,7 @@ impl PrefillArgs {
             features,
             max_seqlen_q: p.seqlen_q.max(0) as u32,
             window,
+            ragged: p.cu_seqlens_q != 0 && p.batch > 1,
         };
         (query, p)
     }

@@ -6,8 +6,10 @@
 //! sliding window bounded on both sides: its width); the
 //! spec's tuned choice for that bucket serves it, or the nearest tuned bucket's; a spec
 //! with no tuned record serves its heuristic default (never an error), or, in a cache
-//! built to borrow them, the tuned choices of its twin without sinks. A problem no cached
-//! spec covers is an error naming what is unsupported.
+//! built to borrow them, the tuned choices of its twin without sinks. A varlen batch of
+//! several sequences is served its bucket's ragged choice (tuned on such a batch) where
+//! the cache has one, else as above. A problem no cached spec covers is an error naming
+//! what is unsupported.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,9 @@ pub struct Query {
     /// FlashAttention's `window_size` (-1: unbounded), read for local masks: a window
     /// bounded on both sides is served by the bucket of its width ([`Bucket::of_call`]).
     pub window: (i32, i32),
+    /// A varlen batch of several sequences (packed with `cu_seqlens`): served its
+    /// bucket's ragged choice where the cache has one ([`Bucket::of_batch`]).
+    pub ragged: bool,
 }
 
 impl Query {
@@ -106,6 +111,9 @@ pub enum Reason {
     /// The tuned choice of the problem's own bucket (which may be the default, kept
     /// because nothing beat it by the serving margin).
     Tuned { bucket: u32 },
+    /// A varlen batch of several sequences: the choice tuned on such a batch for its
+    /// bucket (`SpecEntry::tuned_ragged`).
+    TunedRagged { bucket: u32 },
     /// No record for the problem's bucket: the nearest tuned bucket's choice.
     NearestTuned { bucket: u32, wanted: u32 },
     /// The spec was not tuned on this arch, a related one was: that spec's choice for
@@ -176,12 +184,49 @@ pub enum SelectError {
     },
 }
 
+/// A tuned choice: its bucket, the kernel's index, and whether a device's own GPU
+/// measured it (not the arch's most-tuned GPU).
+#[derive(Debug, Clone, Copy)]
+struct Choice {
+    bucket: u32,
+    kernel: usize,
+    own: bool,
+}
+
+/// The tuned choices of a spec for one device, ascending by bucket.
+#[derive(Default, Clone)]
+struct Choices {
+    dense: Vec<Choice>,
+    ragged: Vec<Choice>,
+}
+
+impl Choices {
+    /// `self` with `own`'s buckets in place of its own (a GPU that tuned some buckets is
+    /// served the arch's choices for the others).
+    fn overlaid(&self, own: Choices) -> Choices {
+        let merge = |base: &[Choice], own: Vec<Choice>| {
+            let mut out: Vec<Choice> = base
+                .iter()
+                .filter(|c| !own.iter().any(|o| o.bucket == c.bucket))
+                .copied()
+                .collect();
+            out.extend(own);
+            out.sort_by_key(|c| c.bucket);
+            out
+        };
+        Choices {
+            dense: merge(&self.dense, own.dense),
+            ragged: merge(&self.ragged, own.ragged),
+        }
+    }
+}
+
 struct SpecIndex {
     default: usize,
-    /// (bucket, kernel index), ascending by bucket.
-    tuned: Vec<(u32, usize)>,
-    /// Other GPUs' tuned choices (the manifest's `tuned_by_gpu`): (GPU, its `tuned`).
-    by_gpu: Vec<(String, Vec<(u32, usize)>)>,
+    /// The arch's tuned choices (the manifest's `tuned`, `tuned_ragged`).
+    tuned: Choices,
+    /// Other GPUs' choices (`tuned_by_gpu`, `tuned_ragged_by_gpu`) over the arch's.
+    by_gpu: Vec<(String, Choices)>,
     /// `tuned` holds a related spec's choices (the manifest's `borrowed_from`).
     borrowed: bool,
 }
@@ -240,18 +285,38 @@ impl KernelCache {
             for (tag, entry) in &arch.specs {
                 let default = position(&entry.default, tag)?;
                 let spec = kernels[default].1.spec;
-                let mut tuned = Vec::new();
-                for (bucket, id) in &entry.tuned {
-                    tuned.push((*bucket, position(id, tag)?));
-                }
+                let positions = |choices: Option<&BTreeMap<u32, String>>, own: bool| {
+                    choices
+                        .into_iter()
+                        .flatten()
+                        .map(|(bucket, id)| {
+                            Ok(Choice {
+                                bucket: *bucket,
+                                kernel: position(id, tag)?,
+                                own,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, CacheError>>()
+                };
+                let tuned = Choices {
+                    dense: positions(Some(&entry.tuned), false)?,
+                    ragged: positions(Some(&entry.tuned_ragged), false)?,
+                };
                 let borrowed = entry.borrowed_from.is_some();
+                let mut gpus: Vec<&String> = entry
+                    .tuned_by_gpu
+                    .keys()
+                    .chain(entry.tuned_ragged_by_gpu.keys())
+                    .collect();
+                gpus.sort();
+                gpus.dedup();
                 let mut by_gpu = Vec::new();
-                for (gpu, choices) in &entry.tuned_by_gpu {
-                    let mut tuned = Vec::new();
-                    for (bucket, id) in choices {
-                        tuned.push((*bucket, position(id, tag)?));
-                    }
-                    by_gpu.push((gpu.clone(), tuned));
+                for gpu in gpus {
+                    let own = Choices {
+                        dense: positions(entry.tuned_by_gpu.get(gpu), true)?,
+                        ragged: positions(entry.tuned_ragged_by_gpu.get(gpu), true)?,
+                    };
+                    by_gpu.push((gpu.clone(), tuned.overlaid(own)));
                 }
                 index.insert(
                     spec,
@@ -294,7 +359,7 @@ impl KernelCache {
     pub fn is_tuned(&self, spec: &KernelSpec) -> bool {
         self.index
             .get(spec)
-            .is_some_and(|ix| !ix.tuned.is_empty() && !ix.borrowed)
+            .is_some_and(|ix| !ix.tuned.dense.is_empty() && !ix.borrowed)
     }
 
     /// The tag of the spec whose tuned choices serve `spec` (see [`Reason::Borrowed`]).
@@ -315,25 +380,50 @@ impl KernelCache {
 
     /// [`select`](Self::select) for a device named `gpu` ("NVIDIA H100 80GB HBM3 (132
     /// SMs)", as [`gpu_name`] spells it): its own tuned choices where the cache has them
-    /// (`SpecEntry::tuned_by_gpu`), else the arch's.
+    /// (`SpecEntry::tuned_by_gpu`), else the arch's, bucket by bucket.
     pub fn select_on(&self, q: &Query, gpu: Option<&str>) -> Result<Selected<'_>, SelectError> {
         let Some(ix) = self.index.get(&q.spec()) else {
             return Err(self.why_not(q));
         };
         let own = gpu.and_then(|g| ix.by_gpu.iter().find(|(name, _)| name == g));
         let tuned = own.map_or(&ix.tuned, |(_, t)| t);
-        let wanted = Bucket::of_call(q.mask, q.window, q.max_seqlen_q).seqlen;
+        let bucket = Bucket::of_batch(
+            q.mask,
+            q.window,
+            q.max_seqlen_q,
+            q.ragged.then_some(2), // several sequences
+        );
+        let wanted = bucket.seqlen;
+        // A ragged batch: its own bucket's ragged choice (no nearest: a ragged bucket
+        // not tuned is served as a dense batch of its longest sequence).
+        let ragged = bucket
+            .ragged
+            .then(|| tuned.ragged.iter().find(|c| c.bucket == wanted))
+            .flatten();
         let log2 = |b: u32| b.trailing_zeros() as i32;
-        let pick = tuned
-            .iter()
-            .min_by_key(|(b, _)| ((log2(*b) - log2(wanted)).abs(), *b))
-            .copied();
+        let pick = ragged.or_else(|| {
+            tuned
+                .dense
+                .iter()
+                .min_by_key(|c| ((log2(c.bucket) - log2(wanted)).abs(), c.bucket))
+        });
         let (k, reason) = match pick {
-            Some((b, k)) if ix.borrowed && own.is_none() => {
-                (k, Reason::Borrowed { bucket: b, wanted })
-            }
-            Some((b, k)) if b == wanted => (k, Reason::Tuned { bucket: b }),
-            Some((b, k)) => (k, Reason::NearestTuned { bucket: b, wanted }),
+            Some(c) if ix.borrowed && !c.own => (
+                c.kernel,
+                Reason::Borrowed {
+                    bucket: c.bucket,
+                    wanted,
+                },
+            ),
+            Some(c) if ragged.is_some() => (c.kernel, Reason::TunedRagged { bucket: c.bucket }),
+            Some(c) if c.bucket == wanted => (c.kernel, Reason::Tuned { bucket: c.bucket }),
+            Some(c) => (
+                c.kernel,
+                Reason::NearestTuned {
+                    bucket: c.bucket,
+                    wanted,
+                },
+            ),
             None => (ix.default, Reason::Default),
         };
         let (id, kernel) = &self.kernels[k];
@@ -344,7 +434,7 @@ impl KernelCache {
             reason,
             is_default: k == ix.default,
             tuned_on: match (own, pick) {
-                (Some((g, _)), Some(_)) => Some(g.as_str()),
+                (Some((g, _)), Some(c)) if c.own => Some(g.as_str()),
                 _ => None,
             },
         })

@@ -63,6 +63,7 @@ pub(crate) fn manifest() -> Manifest {
     let kernels = BTreeMap::from([
         ("a_d128_default".to_string(), entry(d128, default128)),
         ("b_d128_tuned".to_string(), entry(d128, other)),
+        ("b_d128_ragged".to_string(), entry(d128, tile(128, 128))),
         ("c_d64_default".to_string(), entry(d64, tile(128, 128))),
     ]);
     let specs = BTreeMap::from([
@@ -80,15 +81,16 @@ pub(crate) fn manifest() -> Manifest {
                     "NVIDIA H100 80GB HBM3 (132 SMs)".into(),
                     BTreeMap::from([(4096, "a_d128_default".into())]),
                 )]),
+                // Ragged batches: another tile at 4096 (none tuned at 1024).
+                tuned_ragged: BTreeMap::from([(4096, "b_d128_ragged".into())]),
+                tuned_ragged_by_gpu: BTreeMap::new(),
             },
         ),
         (
             d64.tag(),
             SpecEntry {
                 default: "c_d64_default".into(),
-                tuned: BTreeMap::new(),
-                borrowed_from: None,
-                tuned_by_gpu: BTreeMap::new(),
+                ..Default::default()
             },
         ),
     ]);
@@ -129,5 +131,6 @@ pub(crate) fn query(head_dim: u32, seqlen: u32) -> Query {
         features: Features::default(),
         max_seqlen_q: seqlen,
         window: (-1, -1),
+        ragged: false,
     }
 }

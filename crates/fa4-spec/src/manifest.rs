@@ -42,7 +42,7 @@ pub struct KernelEntry {
 }
 
 /// What serves one spec: the default, and the tuned choice per bucket where tuned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SpecEntry {
     pub default: String,
     /// Bucket upper bound (seqlen) -> kernel id, ascending.
@@ -58,6 +58,30 @@ pub struct SpecEntry {
     /// `tuned`. (A runtime that does not know the field serves `tuned` to every device.)
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tuned_by_gpu: BTreeMap<String, BTreeMap<u32, String>>,
+    /// Ragged bucket upper bound -> kernel id: the choices tuned on varlen batches of
+    /// several sequences ([`Bucket::of_batch`](crate::Bucket::of_batch)), which serve
+    /// such batches in their bucket; other buckets and batches are served `tuned`. (A
+    /// runtime that does not know the field serves `tuned` to every batch.)
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tuned_ragged: BTreeMap<u32, String>,
+    /// `tuned_ragged` of the arch's other GPUs, as `tuned_by_gpu`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tuned_ragged_by_gpu: BTreeMap<String, BTreeMap<u32, String>>,
+}
+
+impl SpecEntry {
+    /// Every kernel id the entry names: the default, then the tuned choices (dense and
+    /// ragged, this GPU's and the others').
+    pub fn kernel_ids(&self) -> impl Iterator<Item = &String> {
+        let others = self
+            .tuned_by_gpu
+            .values()
+            .chain(self.tuned_ragged_by_gpu.values());
+        std::iter::once(&self.default)
+            .chain(self.tuned.values())
+            .chain(self.tuned_ragged.values())
+            .chain(others.flat_map(|t| t.values()))
+    }
 }
 
 /// The kernels of one arch.

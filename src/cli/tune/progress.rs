@@ -52,7 +52,7 @@ impl Tally {
     /// The bar's message: the counts, then what `key` is at.
     fn line(&self, key: &Key, at: &str) -> String {
         format!(
-            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · finals {} · {} s{}: {at}",
+            "compiled {} · checked {} ({} wrong) · timed {} · failed {} · finals {} · {} {}: {at}",
             self.compiled,
             self.checked,
             self.wrong,
@@ -60,7 +60,12 @@ impl Tally {
             self.failed,
             self.finals,
             key.spec.tag(),
-            key.bucket.seqlen,
+            // s4096, or r4096 for a ragged bucket (as the record keys name them)
+            format_args!(
+                "{}{}",
+                if key.bucket.ragged { 'r' } else { 's' },
+                key.bucket.seqlen
+            ),
         )
     }
 }

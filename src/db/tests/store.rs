@@ -125,6 +125,27 @@ fn each_template_keeps_its_own_record_of_a_key() {
 }
 
 #[test]
+fn a_ragged_bucket_has_its_own_record_beside_the_dense_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = TuningDb::open(&dir.path().join("db")).unwrap();
+    let dense = record(&[Some(2.0)], 4096, "H100");
+    let ragged = Record {
+        bucket: Bucket::of(4096).ragged(),
+        ..record(&[Some(1.0)], 4096, "H100")
+    };
+    db.put(&dense).unwrap();
+    db.put(&ragged).unwrap();
+    assert!(dense.key().contains("/s04096/") && ragged.key().contains("/r04096/"));
+    assert_eq!(db.records().unwrap().len(), 2, "neither replaced the other");
+    assert!(db.get(&ragged.key()).unwrap().unwrap().bucket.ragged);
+    // An export says which is which, and reads back so.
+    let text = export_json(&db.records().unwrap());
+    assert!(text.contains("\"ragged\": true") || text.contains("\"ragged\":true"));
+    let read = parse_export(Path::new("export.json"), &text).unwrap();
+    assert_eq!(read, db.records().unwrap());
+}
+
+#[test]
 fn stores_and_exports_keyed_without_the_template_are_read_and_rekeyed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");

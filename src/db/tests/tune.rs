@@ -42,6 +42,7 @@ fn built(n: usize) -> Vec<TuneKernel> {
                 compile_ms: 0,
             },
             cubin: Vec::new(),
+            varlen_cubin: None,
         })
         .collect()
 }

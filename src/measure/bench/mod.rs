@@ -434,7 +434,7 @@ mod serving;
 
 pub use host::{host_cost, HostCost};
 pub use run::{run, BenchPlan, Event, TunedChoices};
-pub use serving::{serving_cells, serving_mixes, Mix, SERVING_MODELS};
+pub use serving::{ragged_mix, serving_cells, serving_mixes, Mix, SERVING_MODELS};
 
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@ use crate::measure::problems::{Case, Problem};
 use crate::measure::support::Support;
 
 /// A tuning database's choice per (template, spec, bucket seqlen) (`db::tuned_choices`).
-pub type TunedChoices = BTreeMap<(Template, KernelSpec, u32), TileConfig>;
+pub type TunedChoices = BTreeMap<(Template, KernelSpec, Bucket), TileConfig>;
 
 /// What `run` times and how.
 pub struct BenchPlan {
@@ -75,10 +75,21 @@ pub fn run(
     let mut rows = Vec::new();
     for (cell, features) in &plan.cells {
         for &feature_set in features {
-            let bucket = Bucket::of_call(cell.mask, cell.window, cell.seqlen.max(1) as u32).seqlen;
+            // As the runtime serves the cell: a varlen batch of several sequences its
+            // ragged bucket's choice where there is one, else the dense bucket's.
+            let sequences = cell.varlen.then_some(cell.batch.max(0) as u32);
+            let bucket =
+                Bucket::of_batch(cell.mask, cell.window, cell.seqlen.max(1) as u32, sequences);
+            let dense = Bucket {
+                ragged: false,
+                ..bucket
+            };
             let is_tuned = |k: &ReadyKernel| {
                 let c = &k.built.candidate;
-                tuned.get(&(c.template, c.spec, bucket)) == Some(&c.config)
+                let choice = tuned
+                    .get(&(c.template, c.spec, bucket))
+                    .or_else(|| tuned.get(&(c.template, c.spec, dense)));
+                choice == Some(&c.config)
             };
             let mut cell_kernels: Vec<&ReadyKernel> = kernels
                 .iter()

@@ -139,6 +139,35 @@ pub fn serving_mixes() -> &'static [Mix] {
     })
 }
 
+/// The ragged batch a ragged bucket of `seqlen` is tuned on: one sequence of `seqlen`
+/// tokens (the batch's longest, which names the bucket), then prompts drawn log-uniform
+/// from 32 to `seqlen` tokens until the batch holds `tokens` (at least twice `seqlen`, so
+/// the longest never stands alone), in the drawn order. Drawn once per bucket from a
+/// fixed seed.
+pub fn ragged_mix(seqlen: u32, tokens: i32) -> &'static Mix {
+    static MIXES: OnceLock<std::sync::Mutex<Vec<&'static Mix>>> = OnceLock::new();
+    let seqlen = seqlen.min(i32::MAX as u32) as i32;
+    let tokens = tokens.max(2 * seqlen);
+    let mut mixes = MIXES.get_or_init(Default::default).lock().expect("mixes");
+    if let Some(m) = mixes
+        .iter()
+        .find(|m| m.max_q() == seqlen && m.total_q() == i64::from(tokens))
+    {
+        return m;
+    }
+    let mut d = Draws(0x7a66_ed00 ^ seqlen as u64);
+    let lo = 32.min(seqlen);
+    let mut lens = vec![seqlen];
+    lens.extend(fill(tokens - seqlen, || d.log_uniform(lo, seqlen)));
+    let mix: &'static Mix = Box::leak(Box::new(Mix {
+        name: "ragged",
+        what: "prompts log-uniform up to the bucket's length behind one of that length",
+        seqlens: self_attention(&lens),
+    }));
+    mixes.push(mix);
+    mix
+}
+
 /// The cells of `bench --serving MODELS` (`all`, or model names): every mix on every
 /// model's layer, causal, packed with cu_seqlens.
 pub fn serving_cells(models: &[String]) -> Result<Vec<Cell>, String> {

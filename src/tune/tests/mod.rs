@@ -50,6 +50,7 @@ fn kernels(n: usize) -> Vec<TuneKernel> {
                     compile_ms: 0,
                 },
                 cubin: Vec::new(),
+                varlen_cubin: None,
             }
         })
         .collect()
@@ -222,6 +223,7 @@ fn renamed(ks: &[TuneKernel], version: &str, recoded: &[usize]) -> Vec<TuneKerne
             TuneKernel {
                 built,
                 cubin: k.cubin.clone(),
+                varlen_cubin: k.varlen_cubin.clone(),
             }
         })
         .collect()

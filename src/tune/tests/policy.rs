@@ -74,3 +74,65 @@ fn arguments_parse_or_say_what_is_expected() {
     );
     assert!(parse_buckets(&[1000]).unwrap_err().contains("128, 256"));
 }
+
+#[test]
+fn a_ragged_bucket_is_timed_on_a_ragged_gqa_batch_of_its_longest_prompt() {
+    for (head_dim, heads) in [(64, 64), (128, 32), (256, 16)] {
+        let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, head_dim, MaskKind::Causal);
+        let c = bucket_cell(&spec, Bucket::of(4096).ragged());
+        let mix = c.mix.expect("a ragged batch");
+        assert_eq!((c.heads, c.heads_kv), (heads, 8), "d{head_dim}");
+        assert!(c.varlen);
+        assert_eq!(mix.max_q(), 4096, "its longest prompt names the bucket");
+        assert_eq!(mix.total_q(), i64::from(TOKENS));
+        assert!(mix.seqlens.len() > 4, "{:?}", mix.seqlens);
+        assert!(mix
+            .seqlens
+            .iter()
+            .all(|&(q, k)| q == k && (32..=4096).contains(&q)));
+        // Lengths of every order of magnitude up to the bucket.
+        assert!(mix.seqlens.iter().any(|s| s.0 < 512));
+        // Drawn once: the same batch every time.
+        assert!(std::ptr::eq(
+            mix,
+            bucket_cell(&spec, Bucket::of(4096).ragged()).mix.unwrap()
+        ));
+    }
+    // Past the token count the batch grows to twice the longest prompt.
+    let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
+    let mix = bucket_cell(&spec, Bucket::of(32768).ragged()).mix.unwrap();
+    assert_eq!((mix.max_q(), mix.total_q()), (32768, 65536));
+}
+
+#[test]
+fn ragged_keys_are_tuned_for_causal_and_unmasked_specs_only() {
+    let specs: Vec<(Template, KernelSpec)> = [MaskKind::None, MaskKind::Causal, MaskKind::Local]
+        .iter()
+        .map(|&m| {
+            (
+                Template::Hopper,
+                KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, m),
+            )
+        })
+        .collect();
+    let dense = parse_buckets(&[1024, 2048]).unwrap();
+    let buckets = with_ragged(&dense, "both").unwrap();
+    assert_eq!(buckets.len(), 4);
+    let keys = shard_keys(&specs, &buckets, 0, 1);
+    let ragged: Vec<MaskKind> = keys
+        .iter()
+        .filter(|k| k.bucket.ragged)
+        .map(|k| k.spec.mask)
+        .collect();
+    assert_eq!(ragged.len(), 4);
+    assert!(!ragged.contains(&MaskKind::Local));
+    assert_eq!(keys.len(), 3 * 2 + 2 * 2);
+    assert!(with_ragged(&dense, "yes").unwrap().iter().all(|b| b.ragged));
+    assert_eq!(with_ragged(&dense, "no").unwrap(), dense);
+    assert!(with_ragged(&dense, "maybe")
+        .unwrap_err()
+        .contains("both, yes or no"));
+    // A library request tunes both by default, as the CLI does.
+    let request = TuneRequest::new(Arch::Sm90, specs);
+    assert_eq!(request.buckets.len(), 18);
+}

@@ -100,13 +100,21 @@ fn the_c_abi_opens_selects_and_reports_errors() {
         );
         assert!(message().contains("dtype 7"), "{}", message());
         let q = Fa4genQuery {
-            features: 8,
+            features: 16,
             ..d128(512)
         };
         assert_eq!(
             fa4gen_select(cache, &q, &mut sel),
             FA4GEN_ERR_INVALID_ARGUMENT
         );
+        assert!(message().contains("features 0x10"), "{}", message());
+        // Bit 3: a ragged varlen batch, served its bucket's ragged choice.
+        let q = Fa4genQuery {
+            features: 8,
+            ..d128(3000)
+        };
+        assert_eq!(fa4gen_select(cache, &q, &mut sel), FA4GEN_OK);
+        assert_eq!((sel.reason, sel.bucket), (4, 4096));
         assert_eq!(
             fa4gen_select(cache, std::ptr::null(), &mut sel),
             FA4GEN_ERR_INVALID_ARGUMENT

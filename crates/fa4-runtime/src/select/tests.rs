@@ -54,17 +54,12 @@ fn a_device_with_its_own_tuned_choices_is_served_them_and_any_other_the_archs() 
             Some(h100.as_str())
         )
     );
-    // Its nearest own bucket where it has no record of the problem's.
+    // Where it has no record of the problem's bucket, the arch's choice for it (not its
+    // own nearest bucket's): the arch's GPU measured that bucket.
     let s = cache.select_on(&query(128, 1000), Some(&h100)).unwrap();
     assert_eq!(
-        (s.id, s.reason),
-        (
-            "a_d128_default",
-            Reason::NearestTuned {
-                bucket: 4096,
-                wanted: 1024
-            }
-        )
+        (s.id, s.reason, s.tuned_on),
+        ("a_d128_default", Reason::Tuned { bucket: 1024 }, None)
     );
     // Another device, or none, or an SM count that differs: the arch's choices.
     for gpu in [
@@ -80,6 +75,44 @@ fn a_device_with_its_own_tuned_choices_is_served_them_and_any_other_the_archs() 
     assert_eq!(
         (s.id, s.reason, s.tuned_on),
         ("c_d64_default", Reason::Default, None)
+    );
+}
+
+#[test]
+fn a_ragged_batch_is_served_its_buckets_ragged_choice_where_tuned() {
+    let (_dir, cache) = open(&manifest());
+    let cache = cache.unwrap();
+    let ragged = |seqlen| Query {
+        ragged: true,
+        ..query(128, seqlen)
+    };
+    let s = cache.select(&ragged(3000)).unwrap();
+    assert_eq!(
+        (s.id, s.reason, s.is_default),
+        ("b_d128_ragged", Reason::TunedRagged { bucket: 4096 }, false)
+    );
+    // The same longest sequence in a dense batch: the dense choice.
+    assert_eq!(cache.select(&query(128, 3000)).unwrap().id, "b_d128_tuned");
+    // A ragged bucket not tuned is served as a dense batch of its longest sequence (no
+    // nearest ragged bucket: 1024's dense choice, not 4096's ragged one).
+    let s = cache.select(&ragged(1000)).unwrap();
+    assert_eq!(
+        (s.id, s.reason),
+        ("a_d128_default", Reason::Tuned { bucket: 1024 })
+    );
+    // A device with tuned choices of its own but no ragged ones: the arch's ragged choice.
+    let h100 = gpu_name("NVIDIA H100 80GB HBM3", 132);
+    let s = cache.select_on(&ragged(3000), Some(&h100)).unwrap();
+    assert_eq!((s.id, s.tuned_on), ("b_d128_ragged", None));
+    // Local masks have no ragged buckets: a ragged gpt-oss window is served by its width.
+    let local = Query {
+        mask: MaskKind::Local,
+        window: (128, 0),
+        ..ragged(16384)
+    };
+    assert_eq!(
+        Bucket::of_batch(local.mask, local.window, local.max_seqlen_q, Some(8)),
+        Bucket::of(128)
     );
 }
 
@@ -140,7 +173,7 @@ fn an_untuned_spec_serving_a_related_specs_choices_says_so() {
             default: "f_sinks_default".into(),
             tuned: BTreeMap::from([(4096, "g_sinks_borrowed".into())]),
             borrowed_from: Some(plain.tag()),
-            tuned_by_gpu: BTreeMap::new(),
+            ..Default::default()
         },
     );
     let (_dir, cache) = open(&m);
@@ -196,7 +229,7 @@ fn a_sliding_window_is_served_by_its_width_not_its_sequence() {
                 (1024, "e_local_wide".into()),
             ]),
             borrowed_from: None,
-            tuned_by_gpu: BTreeMap::new(),
+            ..Default::default()
         },
     );
     let (_dir, cache) = open(&m);
