@@ -1196,7 +1196,8 @@ fn list_defaults_are_shown_as_they_are_typed() {
 }
 
 /// A ragged varlen batch on the H100 is served the H100's ragged choice from the
-/// committed cache; the same longest prompt in a dense batch, or on another GPU, is not.
+/// committed cache; the same longest prompt in a dense batch its dense choice, and a
+/// ragged batch on a GPU without ragged choices the dense choice too.
 #[test]
 fn explain_serves_a_ragged_batch_its_gpus_ragged_choice() {
     let dir = tempfile::tempdir().unwrap();
@@ -1223,9 +1224,11 @@ fn explain_serves_a_ragged_batch_its_gpus_ragged_choice() {
         "{ragged}"
     );
     let dense = explain(&h100);
-    assert!(dense.contains("tuned on NVIDIA H200"), "{dense}");
+    assert!(
+        dense.contains("bucket 1024") && !dense.contains("ragged"),
+        "{dense}"
+    );
     let kernel = |out: &str| out.lines().next().unwrap_or("").to_string();
-    assert_ne!(kernel(&ragged), kernel(&dense));
     // No ragged choices of the H200: a ragged batch there is served the dense bucket's.
     let h200 = explain(&["--ragged"]);
     assert_eq!(kernel(&h200), kernel(&explain(&[])));

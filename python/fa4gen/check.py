@@ -470,19 +470,30 @@ def error_cases(cache_dir):
     import json as _json
     src = cache_dir
     manifest = _json.load(open(os.path.join(src, "manifest.json")))
-    sel = fa4gen.KernelCache(src).select(head_dim=128, max_seqlen_q=64, causal=True)
-    kid = sel["kernel"]
-    entry = manifest["kernels"][kid]
+    # Every kernel the d128 causal spec may be served (the default and each GPU's dense
+    # and ragged choices: the device takes its own GPU's, which select() does not name).
+    spec = manifest["archs"]["sm90"]["specs"]["sm90_bf16_d128_causal"]
+    kids = {spec["default"]}
+    for field in ("tuned", "tuned_ragged"):
+        kids.update(spec.get(field, {}).values())
+    for field in ("tuned_by_gpu", "tuned_ragged_by_gpu"):
+        for choices in spec.get(field, {}).values():
+            kids.update(choices.values())
 
     def broken(mutate):
         tmp = tempfile.mkdtemp(prefix="fa4gen-broken-")
         for arch in ("sm90",):
             os.makedirs(os.path.join(tmp, arch), exist_ok=True)
         m = _json.loads(_json.dumps(manifest))
-        cubin = open(os.path.join(src, entry["cubin"]), "rb").read()
-        cubin = mutate(m, cubin)
-        if cubin is not None:
-            open(os.path.join(tmp, entry["cubin"]), "wb").write(cubin)
+        for kid in kids:
+            cubin = open(os.path.join(src, m["kernels"][kid]["cubin"]), "rb").read()
+            cubin = mutate(m, kid, cubin)
+            if cubin is not None:
+                open(os.path.join(tmp, m["kernels"][kid]["cubin"]), "wb").write(cubin)
+                # the varlen build as it is (the dense one is what each case breaks)
+                if m["kernels"][kid].get("varlen_cubin_hash"):
+                    varlen = m["kernels"][kid]["cubin"][:-len(".cubin")] + ".varlen.cubin"
+                    shutil.copyfile(os.path.join(src, varlen), os.path.join(tmp, varlen))
         _json.dump(m, open(os.path.join(tmp, "manifest.json"), "w"))
         return tmp
 
@@ -492,10 +503,10 @@ def error_cases(cache_dir):
             h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
         return "%016x" % h
 
-    def changed(m, cubin):
+    def changed(m, kid, cubin):
         return cubin[:-1] + bytes([cubin[-1] ^ 1])
 
-    def foreign(m, cubin):
+    def foreign(m, kid, cubin):
         # The same code claiming sm_100 in its ELF header, with the manifest's hash
         # updated to match: only the arch check stands between it and the driver.
         b = bytearray(cubin)
@@ -505,7 +516,7 @@ def error_cases(cache_dir):
         m["kernels"][kid]["cubin_hash"] = fnv(bytes(b))
         return bytes(b)
 
-    def missing(m, cubin):
+    def missing(m, kid, cubin):
         return None
 
     for what, mutate, words in [("cubin changed since the build", changed, ["does not match the manifest"]),
