@@ -53,17 +53,17 @@ fn list_json_is_the_whole_space() {
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     // Portable: causal and local specs add 12 warp-skipping candidates to the 134 every
     // spec has (72, 46 of them again with lazy rescaling, and at d128 16 twins capped
-    // for two to four blocks per SM); Hopper: 20 stage-1, 11 warp-specialised, 6 persistent, 2 persistent
+    // for two to four blocks per SM); Hopper: 20 stage-1, 12 warp-specialised, 6 persistent, 2 persistent
     // single-consumer, 1 three-stage and 1 unoverlapped 256-key candidates per spec (the
-    // last rejected at d128 for shared memory, still listed), and the 16 of those with
+    // last rejected at d128 for shared memory, still listed), and the 17 of those with
     // overlap and pingpong (or a persistent block of their own) again with lazy rescaling;
-    // on causal and local specs the 29 pingpong ones (15 + 14 lazy) again with turns at
+    // on causal and local specs the 31 pingpong ones (16 + 15 lazy) again with turns at
     // the MUFU, and 4 persistent pairs without turns (over 64 and 128 keys, plain and
     // lazy); on unmasked specs the 14 non-persistent pingpong tiles with overlap and
     // without pack-GQA (7 + 7 lazy) again in clusters of two blocks.
     assert_eq!(
         rows.len(),
-        2 * 134 + 4 * 146 + 6 * (20 + 11 + 6 + 2 + 1 + 1 + 16) + 4 * (29 + 4) + 2 * 14,
+        2 * 134 + 4 * 146 + 6 * (20 + 12 + 6 + 2 + 1 + 1 + 17) + 4 * (31 + 4) + 2 * 14,
         "6 specs (dtype x mask) per template"
     );
     assert!(
