@@ -233,11 +233,9 @@ pub fn record_key(
 /// they were all the portable template's).
 fn legacy_key(spec: &KernelSpec, bucket: Bucket, device: &Device) -> String {
     format!(
-        "{}/{}{:05}/{}-{}sm",
+        "{}/{}/{}-{}sm",
         spec.tag(),
-        // s: a dense bucket (every key before ragged buckets), r: a ragged one
-        if bucket.ragged { 'r' } else { 's' },
-        bucket.seqlen,
+        bucket.key(),
         device.name.replace([' ', '/'], "_"),
         device.sm_count
     )

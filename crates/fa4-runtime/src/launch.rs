@@ -17,7 +17,7 @@ use cudarc::driver::sys::{
     CUstream,
 };
 use fa4_spec::manifest::KernelEntry;
-use fa4_spec::{fnv1a64, Arch, Dtype, Features, FwdParams};
+use fa4_spec::{fnv1a64, Arch, Bucket, Dtype, Features, FwdParams};
 
 /// The cubins' entries (`fa4_spec::KERNEL_ENTRY`, `VARLEN_KERNEL_ENTRY`), NUL-terminated.
 const KERNEL_ENTRY_C: &CStr = c"fa4_fwd";
@@ -79,7 +79,7 @@ impl PrefillArgs {
             features,
             max_seqlen_q: p.seqlen_q.max(0) as u32,
             window,
-            ragged: p.cu_seqlens_q != 0 && p.batch > 1,
+            ragged: Bucket::is_ragged_batch((p.cu_seqlens_q != 0).then_some(p.batch.max(0) as u32)),
         };
         (query, p)
     }

@@ -33,8 +33,9 @@ pub struct Query {
     /// FlashAttention's `window_size` (-1: unbounded), read for local masks: a window
     /// bounded on both sides is served by the bucket of its width ([`Bucket::of_call`]).
     pub window: (i32, i32),
-    /// A varlen batch of several sequences (packed with `cu_seqlens`): served its
-    /// bucket's ragged choice where the cache has one ([`Bucket::of_batch`]).
+    /// A varlen batch of several sequences (packed with `cu_seqlens`,
+    /// [`Bucket::is_ragged_batch`]): served its bucket's ragged choice where the cache has
+    /// one ([`Bucket::of_batch`]).
     pub ragged: bool,
 }
 
@@ -387,12 +388,7 @@ impl KernelCache {
         };
         let own = gpu.and_then(|g| ix.by_gpu.iter().find(|(name, _)| name == g));
         let tuned = own.map_or(&ix.tuned, |(_, t)| t);
-        let bucket = Bucket::of_batch(
-            q.mask,
-            q.window,
-            q.max_seqlen_q,
-            q.ragged.then_some(2), // several sequences
-        );
+        let bucket = Bucket::of_batch(q.mask, q.window, q.max_seqlen_q, q.ragged);
         let wanted = bucket.seqlen;
         // A ragged batch: its own bucket's ragged choice (no nearest: a ragged bucket
         // not tuned is served as a dense batch of its longest sequence).

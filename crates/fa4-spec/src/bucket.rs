@@ -51,19 +51,20 @@ impl Bucket {
         }
     }
 
-    /// [`of_call`](Self::of_call) for a batch: a ragged bucket for a varlen batch of
-    /// several sequences where the mask has them ([`has_ragged`](Self::has_ragged)), else
-    /// the dense one.
-    pub fn of_batch(
-        mask: MaskKind,
-        window: (i32, i32),
-        max_seqlen_q: u32,
-        varlen_sequences: Option<u32>,
-    ) -> Bucket {
+    /// [`of_call`](Self::of_call) for a batch: a ragged bucket for a ragged batch
+    /// ([`is_ragged_batch`](Self::is_ragged_batch)) where the mask has them
+    /// ([`has_ragged`](Self::has_ragged)), else the dense one.
+    pub fn of_batch(mask: MaskKind, window: (i32, i32), max_seqlen_q: u32, ragged: bool) -> Bucket {
         Bucket {
-            ragged: varlen_sequences.is_some_and(|n| n > 1) && Bucket::has_ragged(mask),
+            ragged: ragged && Bucket::has_ragged(mask),
             ..Bucket::of_call(mask, window, max_seqlen_q)
         }
+    }
+
+    /// Whether a batch is served as ragged: a varlen batch (`Some` of its sequence
+    /// count) of several sequences. One sequence, or a dense batch, is not.
+    pub fn is_ragged_batch(varlen_sequences: Option<u32>) -> bool {
+        varlen_sequences.is_some_and(|n| n > 1)
     }
 
     /// Whether a mask's specs have ragged buckets: causal and unmasked ones. A local
@@ -71,6 +72,12 @@ impl Bucket {
     /// ragged batch's tiles are alike and its dense buckets serve it.
     pub fn has_ragged(mask: MaskKind) -> bool {
         mask != MaskKind::Local
+    }
+
+    /// How tuning keys name the bucket: `s04096`, or `r04096` for a ragged one (every key
+    /// before ragged buckets was dense, `s`).
+    pub fn key(&self) -> String {
+        format!("{}{:05}", if self.ragged { 'r' } else { 's' }, self.seqlen)
     }
 
     /// This bucket's ragged twin.
@@ -133,7 +140,9 @@ mod tests {
 
     #[test]
     fn varlen_batches_of_several_sequences_take_ragged_buckets() {
-        let b = |mask, window, seqlen, seqs| Bucket::of_batch(mask, window, seqlen, seqs);
+        let b = |mask, window, seqlen, seqs| {
+            Bucket::of_batch(mask, window, seqlen, Bucket::is_ragged_batch(seqs))
+        };
         let causal = b(MaskKind::Causal, (-1, -1), 3000, Some(12));
         assert_eq!((causal.seqlen, causal.ragged), (4096, true));
         assert_eq!(causal.to_string(), "ragged 4096");

@@ -60,12 +60,7 @@ impl Tally {
             self.failed,
             self.finals,
             key.spec.tag(),
-            // s4096, or r4096 for a ragged bucket (as the record keys name them)
-            format_args!(
-                "{}{}",
-                if key.bucket.ragged { 'r' } else { 's' },
-                key.bucket.seqlen
-            ),
+            key.bucket.key(), // as the record keys name it: s04096, r04096
         )
     }
 }

@@ -77,9 +77,9 @@ pub fn run(
         for &feature_set in features {
             // As the runtime serves the cell: a varlen batch of several sequences its
             // ragged bucket's choice where there is one, else the dense bucket's.
-            let sequences = cell.varlen.then_some(cell.batch.max(0) as u32);
+            let ragged = Bucket::is_ragged_batch(cell.varlen.then_some(cell.batch.max(0) as u32));
             let bucket =
-                Bucket::of_batch(cell.mask, cell.window, cell.seqlen.max(1) as u32, sequences);
+                Bucket::of_batch(cell.mask, cell.window, cell.seqlen.max(1) as u32, ragged);
             let dense = Bucket {
                 ragged: false,
                 ..bucket

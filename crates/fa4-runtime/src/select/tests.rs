@@ -111,7 +111,7 @@ fn a_ragged_batch_is_served_its_buckets_ragged_choice_where_tuned() {
         ..ragged(16384)
     };
     assert_eq!(
-        Bucket::of_batch(local.mask, local.window, local.max_seqlen_q, Some(8)),
+        Bucket::of_batch(local.mask, local.window, local.max_seqlen_q, local.ragged),
         Bucket::of(128)
     );
 }
