@@ -1228,8 +1228,30 @@ fn explain_serves_a_ragged_batch_its_gpus_ragged_choice() {
         dense.contains("bucket 1024") && !dense.contains("ragged"),
         "{dense}"
     );
-    let kernel = |out: &str| out.lines().next().unwrap_or("").to_string();
-    // No ragged choices of the H200: a ragged batch there is served the dense bucket's.
+    // The H200's own ragged choice where it has one; a ragged bucket no GPU tuned (512:
+    // the ragged tunes start at 1024) is served the dense bucket's choice.
     let h200 = explain(&["--ragged"]);
-    assert_eq!(kernel(&h200), kernel(&explain(&[])));
+    assert!(
+        h200.contains("tuned on NVIDIA H200 (132 SMs) for ragged batches, bucket 1024"),
+        "{h200}"
+    );
+    let kernel = |out: &str| out.lines().next().unwrap_or("").to_string();
+    let short = |extra: &[&str]| {
+        let mut args = vec![
+            "explain",
+            "--cache",
+            cache.to_str().unwrap(),
+            "--head-dim",
+            "128",
+            "--seqlen",
+            "300",
+        ];
+        args.extend_from_slice(extra);
+        let out = fa4_gen(dir.path(), &args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stdout(&out)
+    };
+    let untuned = short(&["--ragged"]);
+    assert!(!untuned.contains("for ragged batches"), "{untuned}");
+    assert_eq!(kernel(&untuned), kernel(&short(&[])));
 }
