@@ -29,7 +29,7 @@ typedef struct fa4gen_cache fa4gen_cache;
 
 typedef struct {
     uint32_t arch;         /* compute capability x 10: 80, 86, 89, 90, 100, 120 */
-    uint32_t dtype;        /* 0 bf16, 1 fp16 */
+    uint32_t dtype;        /* 0 bf16, 1 fp16, 2 e4m3 (FP8; sm90 kernels only) */
     uint32_t head_dim;
     uint32_t head_dim_v;
     uint32_t mask;         /* 0 none, 1 causal, 2 local (sliding window) */
@@ -60,7 +60,7 @@ typedef struct {
 } fa4gen_selection;
 
 /* The tensors of a prefill call, FlashAttention's layout (strides in elements, last dim
- * contiguous). Dense: Q [batch, seqlen_q, heads_q, d], K [batch, seqlen_k, heads_kv, d],
+ * contiguous; for e4m3 Q, K and V an element is a byte, and O is bf16). Dense: Q [batch, seqlen_q, heads_q, d], K [batch, seqlen_k, heads_kv, d],
  * V like K with d_v, O like Q with d_v, LSE f32 [batch, heads_q, seqlen_q].
  * Varlen (cu_seqlens_q set): Q and O packed [total_q, heads, d], seqlen_q = max_seqlen_q,
  * batch strides ignored, LSE [heads_q, total_q]; cu_seqlens_k packs K and V the same way.
@@ -93,7 +93,7 @@ _Static_assert(sizeof(fa4gen_params) == 240, "fa4gen_params is FwdParams: 240 by
 #endif
 
 typedef struct {
-    uint32_t dtype;        /* 0 bf16, 1 fp16 */
+    uint32_t dtype;        /* 0 bf16, 1 fp16, 2 e4m3 (FP8 Q, K, V: PyTorch's float8_e4m3fn; O is bf16) */
     uint32_t head_dim;
     uint32_t head_dim_v;
     uint32_t causal;       /* FlashAttention's causal (bottom-right aligned) */
@@ -106,7 +106,22 @@ typedef struct {
      * only the calls that would split. */
     uint64_t split_workspace;
     uint64_t split_workspace_bytes;
+    /* e4m3 only, read only when dtype is 2 (a bf16 or fp16 call may pass the 272 bytes
+     * before them, the struct of earlier versions): FlashAttention-3's q/k/v_descale,
+     * f32 device pointers (4-byte aligned) or 0 for 1.0. Query head h of sequence b
+     * reads its KV head h_kv's factors at b * descale_batch_stride + h_kv *
+     * descale_head_stride (in floats; FA3's [batch, heads_kv] tensors: heads_kv and 1).
+     * Dequantised Q is e4m3(Q) x q_descale, likewise K and V. Q, K and V strides
+     * (elements, i.e. bytes) must be multiples of 16; head_dim and head_dim_v of 16. */
+    uint64_t q_descale, k_descale, v_descale;
+    int64_t descale_batch_stride, descale_head_stride;
 } fa4gen_prefill_args;
+
+#ifdef __cplusplus
+static_assert(sizeof(fa4gen_prefill_args) == 312, "fa4gen_prefill_args: 272 bytes, then the descales");
+#else
+_Static_assert(sizeof(fa4gen_prefill_args) == 312, "fa4gen_prefill_args: 272 bytes, then the descales");
+#endif
 
 const char* fa4gen_version(void);
 const char* fa4gen_last_error(void);

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use fa4_spec::{fnv1a64, Arch, Bucket, Features, KernelSpec, TileConfig};
+use fa4_spec::{fnv1a64, Arch, Bucket, Dtype, Features, KernelSpec, TileConfig};
 use rayon::prelude::*;
 
 use crate::compile::{code, resources, varlen_build};
@@ -93,18 +93,30 @@ pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
 
 /// What the cache serves: every dtype and mask at these head dims (all offered, where
 /// none are given), with these feature sets, each from the one template that serves it
-/// ([`TemplateSpace::serves`]). A head dim no template offers for an arch is an error.
+/// ([`TemplateSpace::serves`]); FP8 (e4m3) where a template offers it among them (sm90's
+/// Hopper template, no score features yet). A head dim no template offers for an arch
+/// is an error.
 pub fn specs(
     archs: &[Arch],
     head_dims: &[(u32, Option<u32>)],
     features: &[Features],
 ) -> Result<Vec<(Template, KernelSpec)>, space::SelectionError> {
-    let mut specs = space::Selection {
+    let selection = space::Selection {
         features: features.to_vec(),
         head_dims: head_dims.to_vec(),
         ..space::Selection::all(archs.to_vec())
+    };
+    let mut specs = selection.specs()?;
+    match (space::Selection {
+        dtypes: vec![Dtype::E4m3],
+        ..selection
+    })
+    .specs()
+    {
+        Ok(fp8) => specs.extend(fp8),
+        Err(space::SelectionError::Dtype { .. }) => {} // none offered among these
+        Err(e) => return Err(e),
     }
-    .specs()?;
     specs.retain(|(t, spec)| t.serves(spec));
     Ok(specs)
 }

@@ -216,8 +216,8 @@ fn bad_input_gets_one_clear_line() {
         "head dim 192/64 is not offered for sm80",
     );
     assert_usage_error(
-        &["compile", "--arch", "sm90", "--dtype", "fp8"],
-        "unknown dtype `fp8`: expected one of bf16, fp16",
+        &["compile", "--arch", "sm90", "--dtype", "fp4"],
+        "unknown dtype `fp4`: expected one of bf16, fp16, e4m3",
     );
     assert_usage_error(&["list", "--mask", "diagonal"], "unknown mask `diagonal`");
     assert_usage_error(

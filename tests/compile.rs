@@ -141,6 +141,52 @@ fn feature_defaults_compile_on_sm90() {
         .all(|k| k.resources.disqualification().is_none()));
 }
 
+/// FP8's defaults compile on sm90 for every head dim and mask it offers, without spills
+/// or serialised wgmmas; FP8 asked for where it is not offered is one clear error.
+#[test]
+fn fp8_defaults_compile_on_sm90_and_fp8_elsewhere_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "compile",
+        "--arch",
+        "sm90",
+        "--default-only",
+        "--dtype",
+        "e4m3",
+        "-q",
+    ];
+    let out = fa4_gen(dir.path(), &args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = BuildDir::new(dir.path().join("build"))
+        .load_report(Arch::Sm90)
+        .unwrap()
+        .unwrap();
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    // d64, d128, d256 x causal and unmasked, the Hopper template alone.
+    assert_eq!(report.kernels.len(), 6);
+    for k in &report.kernels {
+        assert_eq!(k.candidate.template, Template::Hopper);
+        assert_eq!(k.candidate.spec.dtype, Dtype::E4m3);
+        assert_eq!(k.resources.disqualification(), None, "{}", k.id);
+        assert!(k.footprint.tma_rows > 0, "{}: FP8 loads by TMA", k.id);
+    }
+    for bad in [
+        &["--arch", "sm80"][..],
+        &["--arch", "sm90", "--mask", "local"],
+        &["--arch", "sm90", "--features", "sinks"],
+    ] {
+        let mut args = vec!["compile", "--dtype", "e4m3", "--default-only", "-q"];
+        args.extend_from_slice(bad);
+        let out = fa4_gen(dir.path(), &args);
+        assert!(!out.status.success(), "{bad:?}");
+        assert!(
+            stderr(&out).contains("e4m3 is offered for none of the selected specs"),
+            "{bad:?}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 /// The real ptxas verdict: a config that passes the static checks but spills on sm90 is
 /// rejected with the reason and leaves no cubin; the default beside it is built.
 #[test]

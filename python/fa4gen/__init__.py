@@ -11,6 +11,8 @@ wheel's ``cache/``, or the repository's ``generated/`` (its cubins are built by
     out = fa4gen.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                         max_seqlen_q, max_seqlen_k, causal=True)
     out, lse = fa4gen.flash_attn_func(q, k, v, causal=True, return_lse=True)
+    out = fa4gen.flash_attn_func(q8, k8, v8, causal=True,          # torch.float8_e4m3fn: out in bf16
+                                 q_descale=qd, k_descale=kd, v_descale=vd)  # f32 [batch, heads_kv]
     out = fa4gen.flash_attn_with_kvcache(q, k_cache, v_cache, page_table=page_table,
                                          cache_seqlens=cache_seqlens, cu_seqlens_q=cu_seqlens_q,
                                          max_seqlen_q=max_seqlen_q, causal=True)
@@ -43,9 +45,11 @@ _HERE = Path(__file__).resolve().parent
 # bytes): 5 pointers, 12 strides, batch/seqlen_q/seqlen_k/heads_q/heads_kv,
 # softmax_scale, scale_log2, window, softcap, sinks, cu_seqlens_q/k, seqused_k,
 # page_table, LSE strides, page_table_batch_stride, page_size; then the split
-# workspace and its bytes.
-_ARGS = struct.Struct("<4I5Q12q5iffiif5Q2q2i2Q")
-assert _ARGS.size == 16 + 240 + 16
+# workspace and its bytes; then the e4m3 descales (f32 per sequence and KV head, 0 for
+# 1.0) and their batch and head strides in floats (ignored for bf16/fp16).
+_ARGS = struct.Struct("<4I5Q12q5iffiif5Q2q2i2Q3Q2q")
+assert _ARGS.size == 16 + 240 + 16 + 40
+_DTYPES = {"bf16": 0, "fp16": 1, "e4m3": 2, "fp8": 2, "float8_e4m3fn": 2}
 
 
 class Fa4genError(RuntimeError):
@@ -101,10 +105,10 @@ def _library():
         lib.fa4gen_split_workspace_bytes.restype = ctypes.c_uint64
         lib.fa4gen_prefill.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
         lib.fa4gen_preload.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
-        if lib.fa4gen_params_size() + 32 != _ARGS.size:
+        if lib.fa4gen_params_size() + 72 != _ARGS.size:
             raise Fa4genError(ERR_INTERNAL, "libfa4_runtime.so's fa4gen_params is %d bytes, this module packs %d: "
                               "the library and the Python module come from different fa4-gen versions"
-                              % (lib.fa4gen_params_size(), _ARGS.size - 32))
+                              % (lib.fa4gen_params_size(), _ARGS.size - 72))
         _lib = lib
     return _lib
 
@@ -165,12 +169,13 @@ class KernelCache:
         ``max_seqlen_q``) is looked up as the causal or unmasked kernel that ``prefill``
         launches for it; ``ragged`` a varlen batch of several sequences (served its
         bucket's choice tuned on such batches, where the cache has one, as ``prefill``
-        serves one). Returns a dict: kernel id, cubin, launch parameters and
-        why it was chosen. Raises Fa4genError naming what is unsupported."""
+        serves one). ``dtype``: "bf16", "fp16" or "e4m3" (FP8 inputs, bf16 output).
+        Returns a dict: kernel id, cubin, launch parameters and why it was chosen.
+        Raises Fa4genError naming what is unsupported."""
         local = any(w >= 0 for w in window_size)
         q = _Query(
             arch=_ARCHS.get(arch, 0),
-            dtype={"bf16": 0, "fp16": 1}.get(dtype, 99),
+            dtype=_DTYPES.get(dtype, 99),
             head_dim=head_dim,
             head_dim_v=head_dim if head_dim_v is None else head_dim_v,
             mask=2 if local else (1 if causal else 0),
@@ -224,14 +229,58 @@ def _cache_for(device, path):
     return c
 
 
+def _e4m3(torch):
+    """torch.float8_e4m3fn, or None in a torch without it."""
+    return getattr(torch, "float8_e4m3fn", None)
+
+
 def _dtype_code(torch, q, k, v):
+    """0 bf16, 1 fp16, 2 e4m3 (fa4gen.h's dtype codes) for q, k and v of one dtype."""
+    e4m3 = _e4m3(torch)
     codes = {torch.bfloat16: 0, torch.float16: 1}
+    if e4m3 is not None:
+        codes[e4m3] = 2
     if q.dtype not in codes:
-        raise TypeError("q is %s: fa4-gen kernels take torch.bfloat16 or torch.float16" % q.dtype)
+        raise TypeError("q is %s: fa4-gen kernels take torch.bfloat16 or torch.float16, or torch.float8_e4m3fn "
+                        "(FP8, with q/k/v_descale)" % q.dtype)
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
+            if e4m3 is not None and e4m3 in (t.dtype, q.dtype):
+                raise TypeError("%s is %s and q is %s: fa4-gen's e4m3 kernels take q, k and v all in "
+                                "torch.float8_e4m3fn (mixed FP8 and 16-bit inputs are not offered yet): "
+                                "quantise all three, or pass all three in bf16" % (name, t.dtype, q.dtype))
             raise TypeError("%s is %s and q is %s: q, k and v must share a dtype" % (name, t.dtype, q.dtype))
     return codes[q.dtype]
+
+
+def _descales(torch, given, dtype, batch, heads_kv, device):
+    """FlashAttention-3's q/k/v_descale, f32 [batch, heads_kv] each (or None: 1.0), as
+    the launch takes them: ((q, k, v pointers, batch stride, head stride), tensors to
+    keep alive until the launch). The kernel reads one pair of strides for the three:
+    descales whose strides differ are copied to contiguous ones (a few floats)."""
+    given = [(name, t) for name, t in given if t is not None]
+    if not given:
+        return (0, 0, 0, 0, 0), ()
+    if dtype != _e4m3(torch):
+        raise ValueError("%s given with %s inputs: descales scale torch.float8_e4m3fn q, k and v; drop them for "
+                         "16-bit inputs, or pass FP8 ones" % (" and ".join(name for name, _ in given), dtype))
+    for name, t in given:
+        _on_device(t, name, device)
+        if t.dtype != torch.float32:
+            raise ValueError("%s is %s: descales are torch.float32 (call .float())" % (name, t.dtype))
+        if tuple(t.shape) != (batch, heads_kv):
+            raise ValueError("%s has shape %s: FlashAttention-3's (batch, num_heads_kv) = (%d, %d) expected, one "
+                             "factor per sequence and KV head (a per-tensor scale: .expand(%d, %d))"
+                             % (name, tuple(t.shape), batch, heads_kv, batch, heads_kv))
+
+    def strides(t):  # a dim of one entry has no stride to honour
+        return tuple(0 if n == 1 else st for n, st in zip(t.shape, t.stride()))
+
+    if len({strides(t) for _, t in given}) > 1:
+        given = [(name, t.contiguous()) for name, t in given]
+    tensors = dict(given)
+    ptrs = [tensors[name].data_ptr() if name in tensors else 0 for name in ("q_descale", "k_descale", "v_descale")]
+    return (*ptrs, *strides(given[0][1])), tuple(tensors.values())
 
 
 def _on_device(t, name, device):
@@ -277,9 +326,6 @@ _REFUSED = {
     "rotary_seqlens": "fa4-gen's kernels do not apply rotary embeddings",
     "cache_leftpad": "fa4-gen's kernels read each sequence's keys from its first row: no left padding",
     "seqused_q": "fa4-gen's kernels take every query cu_seqlens_q gives a sequence: no seqused_q",
-    "q_descale": "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones",
-    "k_descale": "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones",
-    "v_descale": "fa4-gen's kernels take bf16 or fp16 tensors, not FP8 ones",
 }
 
 
@@ -342,14 +388,14 @@ def _split_workspace(torch, device, stream):
     return ws.data_ptr(), ws.numel()
 
 
-def _launch(torch, device, cache, fields, split=False):
+def _launch(torch, device, cache, fields, split=False, descale=(0, 0, 0, 0, 0)):
     """Packs the arguments and launches on the current stream of `device`; with `split`
     (dense batches, whose unmasked kernels may split their tail) it brings the stream's
-    split workspace."""
+    split workspace. `descale`: the e4m3 descale pointers and strides (_descales)."""
     def run():
         stream = _raw_stream(torch, device.index)
         ws = _split_workspace(torch, device, stream) if split else (0, 0)
-        packed = _ARGS.pack(*fields, *ws)
+        packed = _ARGS.pack(*fields, *ws, *descale)
         _cache_for(device, cache)._prefill(packed, stream)
 
     if torch.cuda.current_device() != device.index:
@@ -365,7 +411,8 @@ def _launch(torch, device, cache, fields, split=False):
 
 
 def _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_k,
-            causal, window_size, softcap, sinks, softmax_scale, out, cache, names=("block_table", "seqused_k")):
+            causal, window_size, softcap, sinks, softmax_scale, out, cache, names=("block_table", "seqused_k"),
+            descales=(None, None, None)):
     """One launch, every layout checked on the host first. q is dense [batch, seqlen_q,
     heads_q, d] or, with ``cu_seqlens_q``, packed [total_q, heads_q, d]. k and v are dense
     [batch, seqlen_k, heads_kv, d(_v)], packed [total_k, heads_kv, d(_v)] with
@@ -373,15 +420,21 @@ def _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k,
     (whose lengths come from ``seqused_k``, from ``cu_seqlens_k``, or are ``max_seqlen_k``);
     ``seqused_k`` caps each sequence's keys. Returns out (q's shape, d_v last) and the f32
     LSE: [batch, heads_q, seqlen_q] dense, [heads_q, total_q] packed. ``names``: what the
-    caller calls the page table and seqused_k, for the errors."""
+    caller calls the page table and seqused_k, for the errors. e4m3 q/k/v (``descales``:
+    FlashAttention-3's q/k/v_descale, each None or f32 [batch, heads_kv]) give a bf16 out."""
     table_name, used_name = names
     dtype = _dtype_code(torch, q, k, v)
+    fp8 = dtype == 2
     device = q.device
     if not q.is_cuda:
         raise ValueError("q is on %s: fa4-gen launches on CUDA devices" % device)
     for name, t in (("k", k), ("v", v)):
         _on_device(t, name, device)
     packed_q, paged = cu_seqlens_q is not None, page_table is not None
+    if fp8 and paged:
+        raise NotImplementedError("%s with e4m3 caches: fa4-gen's e4m3 kernels read dense or packed K/V, paged "
+                                  "FP8 caches are not offered yet (pass bf16/fp16 caches, or let "
+                                  "fa4gen.routed send the call to its fallback)" % table_name)
     if packed_q and q.dim() != 3:
         raise ValueError("q has shape %s: [total_q, heads_q, head_dim] expected" % (tuple(q.shape),))
     if not packed_q and q.dim() != 4:
@@ -443,11 +496,14 @@ def _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k,
         seqlen_k = k.shape[1] if max_seqlen_k is None else int(max_seqlen_k)
         k_strides, v_strides = (k.stride(0), k.stride(1), k.stride(2)), (v.stride(0), v.stride(1), v.stride(2))
     used_k = _index_tensor(torch, seqused_k, used_name, device, batch)
+    descale, keep = _descales(torch, zip(("q_descale", "k_descale", "v_descale"), descales), q.dtype, batch,
+                              heads_kv, device)
 
+    out_dtype = torch.bfloat16 if fp8 else q.dtype  # e4m3 kernels write O in bf16
     if out is None:
-        out = torch.empty(out_shape, dtype=q.dtype, device=device)
-    elif tuple(out.shape) != out_shape or out.dtype != q.dtype:
-        raise ValueError("out is %s %s: %s %s expected" % (out.dtype, tuple(out.shape), q.dtype, out_shape))
+        out = torch.empty(out_shape, dtype=out_dtype, device=device)
+    elif tuple(out.shape) != out_shape or out.dtype != out_dtype:
+        raise ValueError("out is %s %s: %s %s expected" % (out.dtype, tuple(out.shape), out_dtype, out_shape))
     else:
         _on_device(out, "out", device)
         _last_dim_contiguous(out, "out")
@@ -465,7 +521,8 @@ def _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k,
         batch, seqlen_q, seqlen_k, heads_q, heads_kv,
         scale, 0.0, left, right, cap, sinks_ptr,
         cu_q, cu_k, used_k, table,
-        *lse_strides, table_stride, page_size), split=dense and not causal)
+        *lse_strides, table_stride, page_size), split=dense and not causal, descale=descale)
+    del keep  # the descales copied for the launch: freed in stream order, after the kernel
     return out, lse
 
 
@@ -489,24 +546,28 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     FlashAttention-2 without dropout: out, the LSE and None). The call is asynchronous on
     the current stream; cu_seqlens values are not read on the host.
 
+    FP8: q, k and v in torch.float8_e4m3fn (all three; not with ``block_table``) with
+    FlashAttention-3's ``q_descale``, ``k_descale``, ``v_descale``: f32 [batch, heads_kv]
+    (batch = the number of sequences; any strides; None: 1.0), the dequantised input
+    being e4m3 value x descale of its sequence and KV head. out is then bf16, the LSE f32.
+
     FlashAttention-3's keywords as sgl_kernel exports them are taken too:
     ``return_softmax_lse`` (``return_lse``), scheduling hints (``num_splits``,
     ``pack_gqa``, ``scheduler_metadata``, ``ver``) left to the tuned kernel, and the arguments whose work no
-    kernel does (``seqused_q``, ``qv``, FP8 descales, ``attention_chunk``, ``sm_margin``)
-    refused by name.
+    kernel does (``seqused_q``, ``qv``, ``attention_chunk``, ``sm_margin``) refused by name.
     """
     import torch
 
     _unsupported(dropout_p, alibi_slopes)
-    _refuse(seqused_q=seqused_q, qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-            attention_chunk=attention_chunk, sm_margin=sm_margin)
+    _refuse(seqused_q=seqused_q, qv=qv, attention_chunk=attention_chunk, sm_margin=sm_margin)
     return_lse = return_lse or return_softmax_lse
     if block_table is not None and seqused_k is None and cu_seqlens_k is None:
         raise ValueError("a paged call needs the key lengths: seqused_k or cu_seqlens_k")
     if block_table is None and cu_seqlens_k is None:
         raise ValueError("cu_seqlens_k is None: pass it, or block_table for paged caches")
     out, lse = _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k, block_table,
-                       max_seqlen_k, causal, window_size, softcap, sinks, softmax_scale, out, cache)
+                       max_seqlen_k, causal, window_size, softcap, sinks, softmax_scale, out, cache,
+                       descales=(q_descale, k_descale, v_descale))
     return _results(out, lse, return_lse, return_attn_probs)
 
 
@@ -518,13 +579,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """FlashAttention's ``flash_attn_func`` on fa4-gen's kernels: q [batch, seqlen_q,
     heads_q, d], k and v [batch, seqlen_k, heads_kv, d(_v)], any batch/token/head strides
     with the last dim contiguous. Returns out [batch, seqlen_q, heads_q, d_v], and with
-    ``return_lse`` also the f32 LSE [batch, heads_q, seqlen_q] (``return_attn_probs`` and
-    FlashAttention-3's keywords as in ``flash_attn_varlen_func``)."""
+    ``return_lse`` also the f32 LSE [batch, heads_q, seqlen_q] (``return_attn_probs``,
+    FP8 inputs with their descales [batch, heads_kv] and FlashAttention-3's keywords as in
+    ``flash_attn_varlen_func``)."""
     import torch
 
     _unsupported(dropout_p, alibi_slopes)
-    _refuse(qv=qv, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-            attention_chunk=attention_chunk, sm_margin=sm_margin)
+    _refuse(qv=qv, attention_chunk=attention_chunk, sm_margin=sm_margin)
     return_lse = return_lse or return_softmax_lse
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError("q, k, v are [batch, seqlen, heads, head_dim]; got q %s, k %s, v %s"
@@ -532,7 +593,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
         raise ValueError("q has batch %d, k %d, v %d: they must match" % (q.shape[0], k.shape[0], v.shape[0]))
     out, lse = _attend(torch, q, k, v, None, None, None, None, None, None,
-                       causal, window_size, softcap, sinks, softmax_scale, out, cache)
+                       causal, window_size, softcap, sinks, softmax_scale, out, cache,
+                       descales=(q_descale, k_descale, v_descale))
     return _results(out, lse, return_lse, return_attn_probs)
 
 
@@ -617,14 +679,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     ``cu_seqlens_k_new`` only describes ``k``/``v``, which are refused, so it is ignored;
     ``num_splits``, ``pack_gqa``, ``scheduler_metadata``, ``rotary_interleaved`` and
     ``ver`` are scheduling or version hints: the tuned kernel decides. Arguments whose
-    work fa4-gen does not do (appending k/v, rotary, left padding, FP8 descales, attention
-    chunks, an SM margin) raise NotImplementedError naming them.
+    work fa4-gen does not do (appending k/v, rotary, left padding, attention chunks, an
+    SM margin) raise NotImplementedError naming them.
+
+    FP8 (e4m3 q and caches, ``q/k/v_descale`` as in ``flash_attn_varlen_func``) over dense
+    caches; an e4m3 ``page_table`` or ``cache_batch_idx`` (SGLang's FP8 KV cache) raises
+    NotImplementedError: paged e4m3 is not offered yet.
     """
     import torch
 
     _refuse(k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin, rotary_seqlens=rotary_seqlens,
-            cache_leftpad=cache_leftpad, q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
-            attention_chunk=attention_chunk, sm_margin=sm_margin)
+            cache_leftpad=cache_leftpad, attention_chunk=attention_chunk, sm_margin=sm_margin)
     if block_table is not None:
         if page_table is not None:
             raise ValueError("page_table and block_table name the same table: pass one of them")
@@ -657,7 +722,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         keys, cache_seqlens = min(keys, cache_seqlens), None  # every sequence the same: no tensor needed
     out, lse = _attend(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, None, cache_seqlens, page_table,
                        keys, causal, window_size, softcap, sinks, softmax_scale, out, cache,
-                       names=("page_table" if cache_batch_idx is None else "cache_batch_idx", "cache_seqlens"))
+                       names=("page_table" if cache_batch_idx is None else "cache_batch_idx", "cache_seqlens"),
+                       descales=(q_descale, k_descale, v_descale))
     return (out, lse) if return_softmax_lse else out
 
 

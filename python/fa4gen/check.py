@@ -11,6 +11,12 @@ cu_seqlens_k), strided Q/K/V, LSE, the gpt-oss-20b and Llama-3-8B layers, a call
 captured in a CUDA graph and replayed on new inputs, and a call from another thread. Each output
 is poisoned (NaN) before the call, so a row the kernel skips fails.
 
+FP8 (group ``fp8``): e4m3 q/k/v with FlashAttention-3's descales (random per sequence and
+KV head, None, per-tensor expanded, strided), dense and varlen, causal and unmasked, GQA,
+inputs with outlier channels; O (bf16) against f32 attention on the dequantised inputs
+(e4m3 value x descale), relative L2 error at most 3e-2, LSE within 3e-2; and the FP8
+argument errors. Without e4m3 kernels in the cache its numeric cases are skipped.
+
 The reference is ``torch.nn.functional.scaled_dot_product_attention`` in f32 on the same
 inputs (GQA expanded, the mask as an additive bias, each sink as one extra key of logit
 ``sink`` and value 0); softcap cannot be written as SDPA's bias, so softcap cases use the
@@ -38,7 +44,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import fa4gen
 
 O_TOL = {torch.bfloat16: 4e-3, torch.float16: 1e-3}  # as `fa4-gen verify`
-LSE_TOL = 1e-3
+E4M3 = getattr(torch, "float8_e4m3fn", None)
+if E4M3 is not None:
+    O_TOL[E4M3] = 3e-2  # e4m3 inputs and P
+LSE_TOL = {torch.bfloat16: 1e-3, torch.float16: 1e-3}  # as `fa4-gen verify`
+if E4M3 is not None:
+    LSE_TOL[E4M3] = 3e-2  # FP8 products accumulate at less than f32's precision (as `fa4-gen verify`)
 DEV = "cuda"
 
 
@@ -243,7 +254,7 @@ def run_kvcache_dense(name, d, dtype, batch, sq, cache_rows, lengths, hq, hkv, c
 def verdict(name, d, dtype, o, ref, lse, ref_lse):
     e = rel_l2(o, ref)
     le = lse_err(lse, ref_lse)
-    ok = (not math.isnan(e)) and e <= O_TOL[dtype] and (not math.isnan(le)) and le <= LSE_TOL
+    ok = (not math.isnan(e)) and e <= O_TOL[dtype] and (not math.isnan(le)) and le <= LSE_TOL[dtype]
     row = {"case": name, "head_dim": d, "dtype": str(dtype).replace("torch.", ""), "o_rel_l2": e,
            "lse_max_abs": le, "pass": ok}
     print("%-4s d%-3d %-9s %-44s O %.2e  LSE %.2e" % ("ok" if ok else "FAIL", d, row["dtype"], name, e, le),
@@ -540,7 +551,186 @@ def error_cases(cache_dir):
     return rows
 
 
-GROUPS = ("features", "layers", "calls", "serving", "errors")
+def quantise(x, scale=1.0):
+    """x / scale in e4m3: round to nearest even, saturated at 448 (torch's cast gives NaN
+    past 464)."""
+    return (x / scale).clamp(-448.0, 448.0).to(E4M3)
+
+
+def descale_rows(ds, b, heads):
+    """[heads] f32 factors of sequence b from a [batch, heads_kv] descale (None: 1.0),
+    each KV head's factor repeated for the heads of its group."""
+    if ds is None:
+        return torch.ones(heads, device=DEV)
+    return ds[b].float().repeat_interleave(heads // ds.shape[1])
+
+
+def dequantise(x8, ds, b):
+    """One sequence's [rows, heads, d] e4m3 tensor in f32, times its descales."""
+    return x8.float() * descale_rows(ds, b, x8.shape[1])[None, :, None]
+
+
+def random_descales(batch, hkv):
+    return torch.rand(batch, hkv, device=DEV) * 1.5 + 0.5  # in [0.5, 2]
+
+
+def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False):
+    """e4m3 q, k, v from N(0,1) and their descales: "random" ([0.5, 2] per sequence and
+    KV head), "none", or with ``outliers`` (4 channels x 20) a per-tensor scale that fits
+    them, expanded to [batch, hkv] (stride 0)."""
+    xs = [torch.randn(*shape, device=DEV) for shape in (shape_q, shape_k, shape_k)]
+    if outliers:
+        chans = torch.randperm(shape_q[-1])[:4].to(DEV)
+        ds = []
+        for x in xs:
+            x[..., chans] *= 20.0
+            scale = x.abs().max().item() / 448.0
+            ds.append(torch.full((1,), scale, device=DEV).expand(batch, hkv))
+        return [quantise(x, d[0, 0].item()) for x, d in zip(xs, ds)] + ds
+    ds = [random_descales(batch, hkv) for _ in range(3)] if descales == "random" else [None] * 3
+    return [quantise(x) for x in xs] + ds
+
+
+def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="random", outliers=False, cache=None):
+    q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers)
+    out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+    o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
+                                    return_lse=True, out=out, cache=cache)
+    torch.cuda.synchronize()
+    scale = 1.0 / math.sqrt(d)
+    refs = [reference_one(dequantise(q[b], qd, b), dequantise(k[b], kd, b), dequantise(v[b], vd, b), scale, causal,
+                          (-1, -1), 0.0, None) for b in range(batch)]
+    return verdict(name, d, E4M3, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]))
+
+
+def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outliers=False, strided=False,
+                   cache=None):
+    """A packed e4m3 batch through flash_attn_varlen_func; with ``strided`` Q, K and V are
+    views into one [tokens, 3, heads, d] buffer; ``descales`` may also be "mixed" (q's
+    expanded per-tensor, k's a transposed view, v's contiguous: strides that differ)."""
+    batch = len(seqs)
+    total_q, total_k = sum(s for s, _ in seqs), sum(s for _, s in seqs)
+    q, k, v, qd, kd, vd = fp8_inputs((total_q, hq, d), (total_k, hkv, d), hkv, batch,
+                                     "random" if descales == "mixed" else descales, outliers)
+    if strided:
+        qkv = torch.empty(max(total_q, total_k), 3, hq, d, dtype=E4M3, device=DEV)
+        qkv[:total_q, 0], qkv[:total_k, 1, :hkv], qkv[:total_k, 2, :hkv] = q, k, v
+        q, k, v = qkv[:total_q, 0], qkv[:total_k, 1, :hkv], qkv[:total_k, 2, :hkv]
+    if descales == "mixed":
+        qd = torch.full((1,), 0.75, device=DEV).expand(batch, hkv)
+        kd = kd.t().contiguous().t()
+    cu_q, cu_k = cu([s for s, _ in seqs]), cu([s for _, s in seqs])
+    out = torch.full((total_q, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+    o, lse = fa4gen.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
+                                           causal=causal, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True,
+                                           out=out, cache=cache)
+    torch.cuda.synchronize()
+    sq_, sk_ = cu_q.tolist(), cu_k.tolist()
+    scale = 1.0 / math.sqrt(d)
+    refs = [reference_one(dequantise(q[sq_[b]:sq_[b + 1]], qd, b), dequantise(k[sk_[b]:sk_[b + 1]], kd, b),
+                          dequantise(v[sk_[b]:sk_[b + 1]], vd, b), scale, causal, (-1, -1), 0.0, None)
+            for b in range(batch)]
+    return verdict(name, d, E4M3, o, torch.cat([r[0] for r in refs], 0), lse, torch.cat([r[1] for r in refs], 1))
+
+
+def run_fp8_kvcache_dense(name, d, batch, sq, cache_rows, lengths, hq, hkv, causal=False, cache=None):
+    """flash_attn_with_kvcache over dense e4m3 caches, one length per sequence."""
+    q, kc, vc, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, cache_rows, hkv, d), hkv, batch, "random")
+    used = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+    out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+    o, lse = fa4gen.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=used, q_descale=qd, k_descale=kd, v_descale=vd,
+                                            causal=causal, return_softmax_lse=True, out=out, cache=cache)
+    torch.cuda.synchronize()
+    scale = 1.0 / math.sqrt(d)
+    refs = [reference_one(dequantise(q[b], qd, b), dequantise(kc[b, :lengths[b]], kd, b),
+                          dequantise(vc[b, :lengths[b]], vd, b), scale, causal, (-1, -1), 0.0, None)
+            for b in range(batch)]
+    return verdict(name, d, E4M3, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]))
+
+
+def fp8_kernels(cache, d):
+    """None when the cache serves e4m3 at head dim d, else why not."""
+    try:
+        fa4gen.KernelCache(cache).select(head_dim=d, max_seqlen_q=2048, dtype="e4m3", causal=True)
+        return None
+    except fa4gen.Fa4genError as e:
+        return str(e)
+
+
+def fp8_cases(cache, head_dims):
+    """e4m3 numerics (where the cache has e4m3 kernels), then the FP8 argument errors."""
+    if E4M3 is None:
+        print("skip e4m3 cases: skipped: torch %s has no float8_e4m3fn" % torch.__version__, flush=True)
+        return [{"case": "e4m3", "skipped": "torch has no float8_e4m3fn", "pass": True}]
+    rows = []
+    why = fp8_kernels(cache, 128)
+    if why is not None:
+        print("skip e4m3 cases: skipped: no e4m3 kernels in this cache (%s)" % why, flush=True)
+        rows.append({"case": "e4m3", "skipped": "no e4m3 kernels in this cache", "message": why, "pass": True})
+    else:
+        d = 128
+        rows += [
+            run_fp8_dense("e4m3 dense causal b2 s300", d, 2, 300, 300, 8, 8, causal=True, cache=cache),
+            run_fp8_dense("e4m3 dense unmasked b2 s1000", d, 2, 1000, 1000, 8, 8, cache=cache),
+            run_fp8_dense("e4m3 dense causal s200/k333 gqa4 descales None", d, 2, 200, 333, 8, 2, causal=True,
+                          descales="none", cache=cache),
+            run_fp8_dense("e4m3 dense unmasked q2200/k4100 (split tail)", d, 1, 2200, 4100, 16, 16, cache=cache),
+            run_fp8_varlen("e4m3 varlen ragged causal gqa4", d, RAGGED, 8, 2, causal=True, cache=cache),
+            run_fp8_varlen("e4m3 varlen ragged unmasked descales None", d, RAGGED, 8, 8, descales="none",
+                           cache=cache),
+            run_fp8_varlen("e4m3 varlen prefix causal gqa8, descale strides differ", d, PREFIX, 16, 2, causal=True,
+                           descales="mixed", cache=cache),
+            run_fp8_varlen("e4m3 varlen strided qkv causal", d, RAGGED, 8, 8, causal=True, strided=True,
+                           cache=cache),
+            run_fp8_varlen("e4m3 varlen outlier channels x20 causal gqa4", d, RAGGED, 8, 2, causal=True,
+                           outliers=True, cache=cache),
+            run_fp8_dense("e4m3 dense outlier channels x20 unmasked", d, 2, 700, 700, 8, 8, outliers=True,
+                          cache=cache),
+            run_fp8_varlen("llama-3-8b layer e4m3 (32/8, causal)", d, [(2048, 2048), (513, 513), (0, 0)], 32, 8,
+                           causal=True, cache=cache),
+            run_fp8_kvcache_dense("e4m3 kvcache dense causal, lengths per sequence", d, 3, 77, 600, [600, 77, 200],
+                                  8, 2, causal=True, cache=cache),
+        ]
+        for d in head_dims:
+            if d == 128:
+                continue
+            why = fp8_kernels(cache, d)
+            if why is not None:
+                print("skip e4m3 d%d: %s" % (d, why), flush=True)
+                continue
+            rows.append(run_fp8_dense("e4m3 dense causal s300 gqa4", d, 2, 300, 300, 8, 2, causal=True, cache=cache))
+            rows.append(run_fp8_varlen("e4m3 varlen ragged unmasked", d, RAGGED, 8, 8, cache=cache))
+    return rows + fp8_error_cases(cache)
+
+
+def fp8_error_cases(cache):
+    """FP8 arguments refused before any launch, each naming the problem."""
+    q8 = quantise(torch.randn(2, 64, 8, 128, device=DEV))
+    k8 = quantise(torch.randn(2, 64, 2, 128, device=DEV))
+    qb, kb = q8.to(torch.bfloat16), k8.to(torch.bfloat16)
+    good = torch.ones(2, 2, device=DEV)
+    call = lambda *a, **kw: fa4gen.flash_attn_func(*a, cache=cache, **kw)  # noqa: E731
+    return [
+        expect_error("e4m3: descale of the wrong shape", lambda: call(q8, k8, k8, q_descale=torch.ones(2, 8, device=DEV)),
+                     ValueError, ["q_descale has shape (2, 8)", "(batch, num_heads_kv) = (2, 2)"]),
+        expect_error("e4m3: descale with bf16 inputs", lambda: call(qb, kb, kb, k_descale=good), ValueError,
+                     ["k_descale given with torch.bfloat16 inputs", "torch.float8_e4m3fn"]),
+        expect_error("e4m3: float16 descale", lambda: call(q8, k8, k8, v_descale=good.half()), ValueError,
+                     ["v_descale is torch.float16", "torch.float32"]),
+        expect_error("e4m3: descale on the CPU", lambda: call(q8, k8, k8, q_descale=good.cpu()), ValueError,
+                     ["q_descale is on cpu", "q's CUDA device"]),
+        expect_error("e4m3: q with bf16 k and v", lambda: call(q8, kb, kb), TypeError,
+                     ["torch.float8_e4m3fn", "not offered yet"]),
+        expect_error("e4m3: out in e4m3", lambda: call(q8, k8, k8, out=torch.empty_like(q8)), ValueError,
+                     ["out is torch.float8_e4m3fn", "torch.bfloat16"]),
+        expect_error("e4m3: paged cache", lambda: fa4gen.flash_attn_with_kvcache(
+            q8, k8.view(8, 16, 2, 128), k8.view(8, 16, 2, 128), page_table=torch.arange(8, dtype=torch.int32,
+                                                                                        device=DEV).view(2, 4),
+            cache_seqlens=64, cache=cache), NotImplementedError, ["page_table with e4m3 caches", "not offered yet"]),
+    ]
+
+
+GROUPS = ("features", "layers", "calls", "serving", "errors", "fp8")
 
 
 def main():
@@ -567,13 +757,16 @@ def main():
                         ("errors", error_cases)):
         if name in groups:
             rows += list(cases(cache_dir))
+    if "fp8" in groups:
+        rows += fp8_cases(cache_dir, [int(x) for x in args.head_dims.split(",")])
     passed = sum(r["pass"] for r in rows)
     numeric = [r for r in rows if "o_rel_l2" in r]
     worst = {}
     for r in numeric:
         worst[r["dtype"]] = max(worst.get(r["dtype"], 0.0), r["o_rel_l2"])
     summary = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "fa4gen": fa4gen.version(),
-               "passed": passed, "cases": len(rows), "worst_o_rel_l2": worst, "seconds": round(time.time() - t0, 1)}
+               "passed": passed, "cases": len(rows), "skipped": [r["case"] for r in rows if r.get("skipped")],
+               "worst_o_rel_l2": worst, "seconds": round(time.time() - t0, 1)}
     print(json.dumps(summary))
     if args.json:
         json.dump({"summary": summary, "rows": rows}, open(args.json, "w"), indent=1)

@@ -38,8 +38,8 @@ def routed(fallback, min_queries=64, ours=None):
 
     - calls whose longest sequence has fewer than ``min_queries`` queries (decode, and
       speculative verification's few tokens): fa4-gen's tiles hold 64 or 128 query rows;
-    - calls fa4-gen does not compute (NotImplementedError: FP8 caches, rotary, appended
-      k/v ...; an argument it does not know; Fa4genError ERR_UNSUPPORTED: a head dim or
+    - calls fa4-gen does not compute (NotImplementedError: paged FP8 caches, rotary,
+      appended k/v ...; an argument it does not know; Fa4genError ERR_UNSUPPORTED: a head dim or
       feature no cubin of the cache serves).
 
     Arguments are matched to ``fallback``'s signature, so positional calls keep their

@@ -116,14 +116,25 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
             .map(|r| r.o_rel_l2)
             .fold(0.0f64, f64::max)
     };
+    // The 16-bit dtypes always, e4m3 where it was checked.
+    let dtypes: Vec<Dtype> = Dtype::EVERY
+        .into_iter()
+        .filter(|d| Dtype::ALL.contains(d) || results.iter().any(|r| r.spec.dtype == *d))
+        .collect();
+    let worsts: Vec<String> = dtypes
+        .iter()
+        .map(|&d| format!("{} {:.2e}", d.name(), worst(d)))
+        .collect();
+    let bounds: Vec<String> = dtypes
+        .iter()
+        .map(|&d| format!("{:.0e}", verify::o_tolerance(d)))
+        .collect();
     println!(
-        "{} of {} checks passed; worst O relative L2: bf16 {:.2e}, fp16 {:.2e} (bounds {:.0e}, {:.0e})",
+        "{} of {} checks passed; worst O relative L2: {} (bounds {})",
         results.len() - failed,
         results.len(),
-        worst(Dtype::Bf16),
-        worst(Dtype::Fp16),
-        verify::o_tolerance(Dtype::Bf16),
-        verify::o_tolerance(Dtype::Fp16),
+        worsts.join(", "),
+        bounds.join(", "),
     );
     if let Some(path) = &a.json {
         let report = verify::VerifyReport {

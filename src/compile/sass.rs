@@ -30,7 +30,7 @@ pub enum SassError {
 }
 
 /// One iteration of a kernel's main loop: the innermost loop that issues tensor-core
-/// instructions (wgmma's HGMMA or mma.sync's HMMA).
+/// instructions (wgmma's HGMMA, QGMMA for FP8, or mma.sync's HMMA).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LoopCensus {
     pub instructions: u32,
@@ -123,7 +123,7 @@ pub fn main_loop(sass: &str) -> Option<LoopCensus> {
                 .flatten(),
         );
     }
-    let is_tensor = |op: &str| op == "HGMMA" || op == "HMMA";
+    let is_tensor = |op: &str| op == "HGMMA" || op == "QGMMA" || op == "HMMA";
     // Loops: a branch back to a label at or before it. The main loop is the shortest one
     // with tensor-core instructions in it. Past the last EXIT, ptxas puts the retry loops
     // of mbarrier waits, out of line, each branching back to its wait: not loops.

@@ -4,16 +4,36 @@
 //! a varlen one (sequences of their own lengths packed with `cu_seqlens`, FlashAttention's
 //! varlen layout), GQA/MQA heads, padded token rows, a window and a cap. A [`Problem`]
 //! is that case on the GPU for one kernel spec: random inputs, K/V dense or behind a page
-//! table (paged kernels), and the kernel arguments pointing into it. `verify` checks
-//! kernels on problems, `bench` times them.
+//! table (paged kernels), e4m3 inputs with their descales, and the kernel arguments
+//! pointing into it. `verify` checks kernels on problems, `bench` times them.
 
 use cudarc::driver::CudaSlice;
 use fa4_spec::{fnv1a64, Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::measure::gpu::{Gpu, GpuError};
-use crate::measure::support::Support;
-use fa4_runtime::{max_split_workspace_bytes, SplitWorkspace};
+use crate::measure::gpu::{Gpu, GpuError, LaunchArgs};
+use crate::measure::support::{Channels, Support};
+use fa4_runtime::{max_split_workspace_bytes, Descales, SplitWorkspace};
+
+/// How an e4m3 problem's inputs are drawn; 16-bit problems ignore it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fp8Inputs {
+    /// N(0,1) quantised to e4m3, descales random in [0.5, 2] per (sequence, KV head).
+    #[default]
+    Normal,
+    /// The same with a few channels of K and V 20 times larger
+    /// (`support::OUTLIER_SCALE`): large scores and values next to small ones.
+    Outliers,
+    /// N(0,1) with null descale pointers, which the kernels read as 1.0.
+    NullDescales,
+}
+
+impl Fp8Inputs {
+    fn is_normal(&self) -> bool {
+        *self == Fp8Inputs::Normal
+    }
+}
 
 /// One problem shape.
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +61,9 @@ pub struct Case {
     pub seqlens: Vec<(i32, i32)>,
     /// Keys per page when the kernel reads K/V through a page table.
     pub page_size: i32,
+    /// How inputs are drawn when the kernel takes e4m3.
+    #[serde(skip_serializing_if = "Fp8Inputs::is_normal")]
+    pub fp8: Fp8Inputs,
 }
 
 /// A small cap, so that tanh bends most scores of random inputs.
@@ -71,6 +94,7 @@ impl Case {
             timed: false,
             seqlens: Vec::new(),
             page_size: DEFAULT_PAGE_SIZE,
+            fp8: Fp8Inputs::Normal,
         }
     }
 
@@ -103,6 +127,10 @@ impl Case {
 
     pub fn softcap(self, softcap: f32) -> Self {
         Case { softcap, ..self }
+    }
+
+    pub fn fp8(self, fp8: Fp8Inputs) -> Self {
+        Case { fp8, ..self }
     }
 
     pub fn is_varlen(&self) -> bool {
@@ -191,29 +219,37 @@ pub struct OutputLayout {
 /// Elements past the end of O and LSE that must stay untouched.
 pub const TAIL_GUARD: usize = 4096;
 
-/// One case's tensors on the device for one spec. `params` points into the buffers, so
-/// it is valid for as long as this value lives.
+/// One case's tensors on the device for one spec. `params` (and `descale`) point into
+/// the buffers, so they are valid for as long as this value lives.
 pub struct Problem {
-    pub q: CudaSlice<u16>,
-    pub k: CudaSlice<u16>,
-    pub v: CudaSlice<u16>,
-    pub o: CudaSlice<u16>,
+    /// Q, K and V in the spec's dtype and O in its output dtype (`Dtype::output`), as
+    /// bytes: the kernels take raw pointers.
+    pub q: CudaSlice<u8>,
+    pub k: CudaSlice<u8>,
+    pub v: CudaSlice<u8>,
+    pub o: CudaSlice<u8>,
     pub lse: CudaSlice<f32>,
     pub o_ref: Option<CudaSlice<f32>>,
     _sinks: CudaSlice<f32>,
     _index_arrays: Vec<CudaSlice<i32>>,
+    /// The descales of e4m3 inputs ([batch, heads_kv] each), which `descale` points at.
+    _descales: Vec<CudaSlice<f32>>,
     /// The split tail's workspace, zeroed, for specs whose persistent kernels may split
     /// (`gpu::split_tail`); every launch leaves its counters zero again.
     pub split_workspace: Option<CudaSlice<u8>>,
     /// The same, as launches take it.
     pub split: Option<SplitWorkspace>,
+    /// Element strides, as a caller passes them (e4m3 bytes too).
     pub params: FwdParams,
+    /// An e4m3 spec's descales; all zero for 16-bit specs.
+    pub descale: Descales,
     pub layout: OutputLayout,
 }
 
 impl Problem {
     /// Allocates and fills the case's tensors for `spec` (random normal Q/K/V from
-    /// `seed`, sink logits in [-2, 6]); O and LSE are left for the caller to fill.
+    /// `seed`, quantised to e4m3 with descales for e4m3 specs as `case.fp8` says; sink
+    /// logits in [-2, 6]); O and LSE are left for the caller to fill.
     pub fn new(
         gpu: &Gpu,
         support: &Support,
@@ -225,10 +261,17 @@ impl Problem {
         let (hq, hkv) = (i64::from(case.heads_q), i64::from(case.heads_kv));
         let seqs = case.sequences();
         let paged = spec.features.paged_kv;
-        let q_row = hq * d + case.row_pad;
-        let k_row = hkv * d + case.row_pad;
-        let v_row = hkv * dv + case.row_pad;
-        let o_row = hq * dv + case.row_pad;
+        // FP8 rows of Q/K/V start on 16 bytes, as the kernels load them: the padding
+        // rounds up to 16 elements there (a strided layout all the same).
+        let row_pad = if spec.dtype.is_fp8() {
+            (case.row_pad + 15) / 16 * 16
+        } else {
+            case.row_pad
+        };
+        let q_row = hq * d + row_pad;
+        let k_row = hkv * d + row_pad;
+        let v_row = hkv * dv + row_pad;
+        let o_row = hq * dv + row_pad;
         let total_q = case.total_q();
         let mut index_arrays = Vec::new();
         let mut ptr_of = |data: Vec<i32>| -> Result<u64, GpuError> {
@@ -246,17 +289,64 @@ impl Problem {
             let keys: i64 = seqs.iter().map(|s| i64::from(s.1)).sum();
             (keys, None)
         };
-        let q = gpu.alloc::<u16>((total_q * q_row) as usize)?;
-        let k = gpu.alloc::<u16>((key_rows * k_row) as usize)?;
-        let v = gpu.alloc::<u16>((key_rows * v_row) as usize)?;
+        let (in_bytes, out_bytes) = (
+            spec.dtype.size() as usize,
+            spec.dtype.output().size() as usize,
+        );
+        let q = gpu.alloc::<u8>((total_q * q_row) as usize * in_bytes)?;
+        let k = gpu.alloc::<u8>((key_rows * k_row) as usize * in_bytes)?;
+        let v = gpu.alloc::<u8>((key_rows * v_row) as usize * in_bytes)?;
         let o_alloc = (total_q * o_row) as usize + TAIL_GUARD;
-        let o = gpu.alloc::<u16>(o_alloc)?;
+        let o = gpu.alloc::<u8>(o_alloc * out_bytes)?;
         let lse_logical = (total_q * hq) as usize;
         let lse = gpu.alloc::<f32>(lse_logical + TAIL_GUARD)?;
-        let is_bf16 = spec.dtype == Dtype::Bf16;
-        for (i, buf) in [&q, &k, &v].into_iter().enumerate() {
+        let inputs = [
+            (&q, q_row, d, false),
+            (&k, k_row, d, true),
+            (&v, v_row, dv, true),
+        ];
+        for (i, (buf, row_stride, head_dim, outliers)) in inputs.into_iter().enumerate() {
             let tensor_seed = seed ^ (0x1234_5678_9abc_def1u64.wrapping_mul(i as u64 + 1));
-            support.fill_normal(gpu, buf, tensor_seed, is_bf16)?;
+            match spec.dtype {
+                Dtype::Bf16 | Dtype::Fp16 => {
+                    support.fill_normal(gpu, buf, tensor_seed, spec.dtype == Dtype::Bf16)?
+                }
+                Dtype::E4m3 => support.fill_e4m3(
+                    gpu,
+                    buf,
+                    tensor_seed,
+                    Channels {
+                        row_stride: row_stride as u64,
+                        head_dim: head_dim as u32,
+                    },
+                    outliers && case.fp8 == Fp8Inputs::Outliers,
+                )?,
+            }
+        }
+        // Descales per (sequence, KV head) in [0.5, 2], log-uniform (as likely to halve
+        // as to double), laid out as FlashAttention-3's [batch, heads_kv].
+        let mut descales = Vec::new();
+        let mut descale = Descales::default();
+        if spec.dtype.is_fp8() && case.fp8 != Fp8Inputs::NullDescales {
+            let per_tensor = (i64::from(case.batch.max(0)) * hkv) as usize;
+            for (t, ptr) in
+                ["q", "k", "v"]
+                    .into_iter()
+                    .zip([&mut descale.q, &mut descale.k, &mut descale.v])
+            {
+                let values: Vec<f32> = (0..per_tensor)
+                    .map(|i| {
+                        let u = (fnv1a64(format!("{seed}/descale/{t}/{i}").as_bytes()) >> 40)
+                            as f32
+                            / (1u64 << 24) as f32;
+                        (2.0 * u - 1.0).exp2()
+                    })
+                    .collect();
+                let buf = gpu.to_device(&values)?;
+                *ptr = gpu.ptr(&buf);
+                descales.push(buf);
+            }
+            (descale.batch_stride, descale.head_stride) = (hkv, 1);
         }
         // Sink logits in [-2, 6]: from below to well above the typical row max, so they
         // take anything from nothing to most of the denominator.
@@ -352,7 +442,9 @@ impl Problem {
             o_ref: None,
             _sinks: sinks,
             _index_arrays: index_arrays,
+            _descales: descales,
             params,
+            descale,
             layout: OutputLayout {
                 rows: total_q as u64,
                 row_stride: o_row as u64,
@@ -362,6 +454,15 @@ impl Problem {
                 lse_alloc: (lse_logical + TAIL_GUARD) as u64,
             },
         })
+    }
+
+    /// What a launch of a kernel on this problem reads.
+    pub fn launch_args(&self) -> LaunchArgs {
+        LaunchArgs {
+            params: self.params,
+            descale: self.descale,
+            split: self.split,
+        }
     }
 }
 
@@ -448,12 +549,27 @@ mod tests {
             attention_flops(&causal, &case),
             attention_flops(&spec, &case) / 2.0
         );
+        // The work does not depend on the inputs' dtype.
+        let e4m3 = KernelSpec {
+            dtype: Dtype::E4m3,
+            ..spec
+        };
+        assert_eq!(attention_flops(&e4m3, &case), attention_flops(&spec, &case));
         // A varlen batch counts each sequence's own square.
         let ragged = Case::varlen("r", &[(1024, 1024), (0, 7), (10, 30)], 16, 4);
         assert_eq!(
             attention_flops(&spec, &ragged),
             4.0 * 16.0 * (1024.0 * 1024.0 + 300.0) * 128.0
         );
+    }
+
+    #[test]
+    fn only_e4m3_variants_show_in_a_case() {
+        let case = Case::new("x", 1, 4, 6, 1, 1);
+        let json = serde_json::to_value(&case).unwrap();
+        assert!(json.get("fp8").is_none(), "{json}");
+        let json = serde_json::to_value(case.fp8(Fp8Inputs::NullDescales)).unwrap();
+        assert_eq!(json["fp8"], "null_descales");
     }
 
     #[test]

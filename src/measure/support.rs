@@ -18,6 +18,7 @@ pub const SUPPORT_SOURCE: &str = "reference/verify.cu";
 pub struct Support {
     _module: std::sync::Arc<cudarc::driver::CudaModule>,
     pub(super) fill_normal: cudarc::driver::CudaFunction,
+    pub(super) fill_normal_e4m3: cudarc::driver::CudaFunction,
     pub(super) fill_output: cudarc::driver::CudaFunction,
     pub(super) fill_u32: cudarc::driver::CudaFunction,
     pub(super) reference: cudarc::driver::CudaFunction,
@@ -56,18 +57,30 @@ pub fn build_support(
     Ok(path)
 }
 
+/// The channels of e4m3 inputs made outliers (`Support::fill_e4m3`): those that
+/// `fill_normal_e4m3` picks (c % 32 == 7 of every head: 4 of 128) are this much larger.
+pub const OUTLIER_SCALE: f32 = 20.0;
+
+/// Where a token row's channels are, for `Support::fill_e4m3`'s outliers.
+#[derive(Debug, Clone, Copy)]
+pub struct Channels {
+    /// Elements from one token row to the next.
+    pub row_stride: u64,
+    pub head_dim: u32,
+}
+
 impl Support {
-    /// Fills `buf` with standard normal samples in the dtype (bf16 or fp16).
+    /// Fills `buf` (bytes) with standard normal samples in a 16-bit dtype (bf16 or fp16).
     pub fn fill_normal(
         &self,
         gpu: &Gpu,
-        buf: &CudaSlice<u16>,
+        buf: &CudaSlice<u8>,
         seed: u64,
         bf16: bool,
     ) -> Result<(), GpuError> {
-        let n = buf.len() as u64;
+        let n = (buf.len() / 2) as u64;
         let is_bf16 = bf16 as i32;
-        // SAFETY: fill_normal(u16*, u64, u64, int) over a buffer of n elements.
+        // SAFETY: fill_normal(u16*, u64, u64, int) over a buffer of n 2-byte elements.
         unsafe {
             gpu.stream()
                 .launch_builder(&self.fill_normal)
@@ -75,10 +88,43 @@ impl Support {
                 .arg(&n)
                 .arg(&seed)
                 .arg(&is_bf16)
-                .launch(grid_for(buf.len()))
+                .launch(grid_for(n as usize))
         }
         .map(|_| ())
         .map_err(driver("cuLaunchKernel(fill_normal)"))
+    }
+
+    /// Fills `buf` with standard normal samples quantised to e4m3 on the device (to
+    /// nearest even, saturating at ±448); with `outliers`, a few channels of every head
+    /// ([`OUTLIER_SCALE`] times larger before quantising), as the channels of activations
+    /// that FP8 inference has to survive.
+    pub fn fill_e4m3(
+        &self,
+        gpu: &Gpu,
+        buf: &CudaSlice<u8>,
+        seed: u64,
+        channels: Channels,
+        outliers: bool,
+    ) -> Result<(), GpuError> {
+        let n = buf.len() as u64;
+        let row_stride = channels.row_stride.max(1);
+        let head_dim = channels.head_dim.max(1);
+        let scale = if outliers { OUTLIER_SCALE } else { 1.0 };
+        // SAFETY: fill_normal_e4m3(u8*, u64, u64, u64, u32, float) over a buffer of n
+        // elements.
+        unsafe {
+            gpu.stream()
+                .launch_builder(&self.fill_normal_e4m3)
+                .arg(buf)
+                .arg(&n)
+                .arg(&seed)
+                .arg(&row_stride)
+                .arg(&head_dim)
+                .arg(&scale)
+                .launch(grid_for(buf.len()))
+        }
+        .map(|_| ())
+        .map_err(driver("cuLaunchKernel(fill_normal_e4m3)"))
     }
 
     pub fn load(gpu: &Gpu, cubin: &[u8]) -> Result<Self, GpuError> {
@@ -86,6 +132,7 @@ impl Support {
         let f = |name: &str| gpu.function(&module, name, 0);
         Ok(Support {
             fill_normal: f("fill_normal")?,
+            fill_normal_e4m3: f("fill_normal_e4m3")?,
             fill_output: f("fill_output_pattern")?,
             fill_u32: f("fill_u32")?,
             reference: f("reference_attention")?,

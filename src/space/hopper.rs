@@ -39,6 +39,22 @@ fn padded(head_dim: u32) -> u32 {
     head_dim.div_ceil(64) * 64
 }
 
+/// A row of `cols` elements of `dtype` in shared memory, as 16-bit units in whole 64-unit
+/// (128-byte) blocks: traits.cuh's kHeadDimPad and kVColsPad (FP8 moves as pairs).
+fn padded_units(cols: u32, dtype: Dtype) -> u32 {
+    padded(cols * dtype.size() / 2)
+}
+
+/// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, causal or unmasked,
+/// no score features or pages (traits.cuh asserts the same).
+pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
+    !spec.dtype.is_fp8()
+        || ([64, 128, 256].contains(&spec.head_dim)
+            && spec.head_dim_v == spec.head_dim
+            && spec.mask != MaskKind::Local
+            && spec.features == fa4_spec::Features::default())
+}
+
 const WARPGROUPS: &[u32] = &[1, 2, 3];
 const BLOCK_N: &[u32] = &[64, 128, 176];
 const STAGES: &[u32] = &[1, 2];
@@ -54,6 +70,9 @@ fn config(warpgroups: u32, block_n: u32, stages: u32) -> TileConfig {
 }
 
 pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
+    if spec.dtype.is_fp8() {
+        return fp8_candidates(spec);
+    }
     let mut out = Vec::new();
     for &wg in WARPGROUPS {
         for &block_n in BLOCK_N {
@@ -179,6 +198,35 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
             && c.switch(PINGPONG, 0) == 1
             && c.switch(OVERLAP, 0) == 1
             && c.switch(PACK_GQA, 0) == 0
+    }));
+    out
+}
+
+/// FP8's tiles: warp-specialised with pingpong and overlap, as FA3's FP8 forward (three
+/// consumers over 160 keys at d64, two over 224 at d128 and over 128 at d256) and their
+/// neighbours in whole k32 steps of keys; two-consumer tiles also persistent; lazy
+/// rescaling and, masked, turns at the MUFU as twins.
+fn fp8_candidates(spec: &KernelSpec) -> Vec<TileConfig> {
+    let mut out = Vec::new();
+    for block_n in [64, 128, 160, 192, 224] {
+        out.push(ws_config(2, block_n, 1, 1, 0));
+    }
+    for block_n in [128, 160] {
+        out.push(ws_config(3, block_n, 1, 1, 0));
+    }
+    for block_n in [64, 128, 160, 192, 224] {
+        let mut c = ws_config(2, block_n, 1, 1, 0);
+        c.switches.insert(PERSISTENT.to_string(), 1);
+        out.push(c);
+    }
+    out.extend(twins(&out, LAZY_RESCALE, 1, |_| true));
+    let masked = spec.mask != MaskKind::None;
+    out.extend(twins(&out, MUFU_TURNS, 1, |_| masked));
+    // With the tensor cores twice as fast, d128's exponentials take about as long as its
+    // GEMMs (as d64's do in bf16): every 4th fragment's exp2 on the FMA pipes, as twins
+    // of the tiles with one block per tile, up to d128.
+    out.extend(twins(&out, EXP2_EMU, 4, |c| {
+        spec.head_dim <= 128 && !persistent(c)
     }));
     out
 }
@@ -325,7 +373,10 @@ fn q_buffers(spec: &KernelSpec, c: &TileConfig) -> u32 {
 /// there), nor with softcap at head dim 64, whose MUFU-bound tiles lost 2% to the second
 /// path.
 fn half_first_block(spec: &KernelSpec, c: &TileConfig) -> bool {
+    // (FP8's key blocks are whole: a k32 step spans four fragments, and the half block's
+    // paths are not written for it.)
     warp_specialized(c)
+        && !spec.dtype.is_fp8()
         && spec.mask != MaskKind::None
         && spec.head_dim_v <= 128
         && !(spec.features.softcap && spec.head_dim <= 64)
@@ -343,11 +394,20 @@ pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
 
 /// traits.cuh's kSmemBytes: Q slots (which stage O too unless it has slots of its
 /// own), O's slots, the K/V stages, and the block scalars or the mbarriers.
+/// In 16-bit units: Q and K rows of `d` units, V's of `v`, O's of `dv` (O is 16-bit);
+/// FP8's V transposed (Vt) beside them, `dv` rows of the tile's keys.
 fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u32) -> u32 {
-    let (d, dv) = (padded(spec.head_dim), padded(spec.head_dim_v));
+    let d = padded_units(spec.head_dim, spec.dtype);
+    let v = padded_units(spec.head_dim_v, spec.dtype);
+    let dv = padded(spec.head_dim_v);
     let q_slot_cols = if o_slots > 0 { d } else { d.max(dv) };
     let o_region = o_slots * 64 * dv;
-    let kv_stage = c.block_n * (d + dv);
+    let vt = if spec.dtype.is_fp8() {
+        dv * padded(c.block_n / 2)
+    } else {
+        0
+    };
+    let kv_stage = c.block_n * (d + v) + vt;
     // the K/V ring's mbarriers (full and empty, K and V, per stage), each consumer's Q
     // slot's (full and empty), and a shared O slot's (free)
     let extra = if warp_specialized(c) {
@@ -356,16 +416,18 @@ fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u
         let mufu_turn = if c.switch(MUFU_TURNS, 0) == 1 { 8 } else { 0 };
         // (+ the block's share of a split tail)
         let split = if splits_tail(spec, c) { 56 } else { 0 };
+        // (+ FP8's loaded-V barriers)
+        let loaded_v = if spec.dtype.is_fp8() { 8 * c.stages } else { 0 };
         32 * c.stages
             + 16 * (c.block_m / 64) * q_buffers
             + if shared_o { 8 } else { 0 }
             + mufu_turn
             + split
+            + loaded_v
     } else {
         16
     };
-    (c.block_m * q_slot_cols * q_buffers + o_region + c.stages * kv_stage) * spec.dtype.size()
-        + extra
+    (c.block_m * q_slot_cols * q_buffers + o_region + c.stages * kv_stage) * 2 + extra
 }
 
 /// Registers per thread: the f32 accumulators of O (head_dim_v / 2) and S (block_n / 2),
@@ -376,7 +438,9 @@ pub(super) fn est_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     let allowance = if warp_specialized(c) { 24 } else { 64 };
     // P (16 bits) beside S: all of it with intra-warpgroup overlap (P(j - 1) lives while S(j)
     // fills); without it P is packed as S dies, so an eighth of S's columns at most.
-    let p_regs = if warp_specialized(c) && c.switch(OVERLAP, 0) == 0 {
+    let p_regs = if spec.dtype.is_fp8() {
+        c.block_n / 8 // four e4m3 a register
+    } else if warp_specialized(c) && c.switch(OVERLAP, 0) == 0 {
         c.block_n / 8
     } else {
         c.block_n / 4
@@ -393,6 +457,28 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         );
     }
     let ws = warp_specialized(c);
+    if !supports_dtype(spec) {
+        return reject(
+            RejectKind::Shape,
+            format!(
+                "{} is offered at head dims 64, 128 and 256, causal or unmasked, without score features or pages",
+                spec.dtype
+            ),
+        );
+    }
+    if spec.dtype.is_fp8()
+        && (!tma(spec, c)
+            || c.block_n % 32 != 0
+            || c.stages < 2
+            || c.switch(PACK_GQA, 0) == 1
+            || cluster_m(c) > 1
+            || c.switch(HIDDEN_FIRST, 0) == 1)
+    {
+        return reject(
+            RejectKind::Shape,
+            "FP8 tiles: warp-specialised by TMA (the producer transposes V), keys in whole k32 steps, 2 or 3 stages, no pack-GQA, clusters or hidden first block".into(),
+        );
+    }
     if c.switch(CAP_OFFSET, 0) == 1 && !(ws && spec.features.softcap && spec.dtype == Dtype::Bf16) {
         return reject(
             RejectKind::Shape,
@@ -599,6 +685,19 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
 
 /// default_config()'s tile before the soft-capped switches.
 fn default_tile(spec: &KernelSpec) -> TileConfig {
+    if spec.dtype.is_fp8() {
+        // FA3's FP8 tiles (untimed here yet), then narrower ones where those do not fit.
+        let tiles: &[(u32, u32)] = match spec.head_dim {
+            ..=64 => &[(3, 160), (3, 128), (2, 128)],
+            ..=128 => &[(2, 224), (2, 192), (2, 128)],
+            _ => &[(2, 128), (2, 64)],
+        };
+        return tiles
+            .iter()
+            .map(|&(n, bn)| ws_config(n, bn, 1, 1, 0))
+            .find(|c| check(spec, c).is_ok())
+            .unwrap_or_else(|| ws_config(2, 64, 1, 1, 0));
+    }
     let local = spec.mask == MaskKind::Local;
     let paged = spec.features.paged_kv;
     if !paged {
@@ -666,8 +765,12 @@ fn wgmma_shape(n: u32, dtype: Dtype) -> Value {
     json!({
         "n": n,
         "regs": regs,
-        "bf16": dtype == Dtype::Bf16,
-        "ab": if dtype == Dtype::Bf16 { "bf16" } else { "f16" },
+        "fp8": dtype.is_fp8(),
+        "ab": match dtype {
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp16 => "f16",
+            Dtype::E4m3 => "e4m3",
+        },
         "d": d.join(", "),
         "d_operands": operands.join(", "),
     })
@@ -700,6 +803,7 @@ pub(super) fn render_values(
     };
     vec![
         ("dtype", json!(spec.dtype.name())),
+        ("fp8", json!(spec.dtype.is_fp8())),
         (
             "mask",
             json!(match spec.mask {

@@ -84,6 +84,11 @@ impl TemplateSpace for Template {
     fn supports(self, spec: &KernelSpec) -> bool {
         self.archs().contains(&spec.arch)
             && self.head_dims().contains(&(spec.head_dim, spec.head_dim_v))
+            && match self {
+                // (FP8 is the Hopper template's alone, and only some of its specs)
+                Template::Portable => !spec.dtype.is_fp8(),
+                Template::Hopper => hopper::supports_dtype(spec),
+            }
     }
 
     fn serves(self, spec: &KernelSpec) -> bool {
@@ -281,6 +286,12 @@ pub enum SelectionError {
         "no selected template compiles for {arch}: {offered}; pick another --arch or --template"
     )]
     Arch { arch: Arch, offered: String },
+    #[error(
+        "{dtype} is offered for none of the selected specs: {dtype} kernels are the hopper \
+         template's, on sm90, at head dims 64, 128 and 256, causal or unmasked, without score \
+         features or pages; pick those with --arch, --head-dim, --mask and --features, or another --dtype"
+    )]
+    Dtype { dtype: Dtype },
 }
 
 impl Selection {
@@ -363,12 +374,23 @@ impl Selection {
                                     mask,
                                     features,
                                 };
-                                out.push((template, spec));
+                                if template.supports(&spec) {
+                                    out.push((template, spec));
+                                }
                             }
                         }
                     }
                 }
             }
+        }
+        // A dtype asked for that no template offers on any selected spec (FP8 off sm90,
+        // or with a window or features) is an error, not an empty selection.
+        if let Some(&dtype) = self
+            .dtypes
+            .iter()
+            .find(|&&d| !out.iter().any(|(_, s)| s.dtype == d))
+        {
+            return Err(SelectionError::Dtype { dtype });
         }
         Ok(out)
     }

@@ -128,8 +128,7 @@ impl Measurer for GpuMeasurer<'_> {
         let times = bench::time_kernel(
             self.gpu,
             kernel,
-            &problem.params,
-            problem.split,
+            &problem.launch_args(),
             &mut self.flush,
             TIME_BUDGET_MS,
             settle_ms, // the recorded policy (timing_policy): 0 screening, else the finals'

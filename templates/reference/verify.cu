@@ -10,6 +10,22 @@ using fa4::i64;
 using fa4::u16;
 using fa4::u32;
 using fa4::u64;
+using u8 = unsigned char;
+
+// The f32 descales of e4m3 Q, K and V, one per (sequence, KV head) at
+// b * batch_stride + h_kv * head_stride; a null pointer means 1.0. Mirrors
+// `fa4_runtime::Descales` (the kernels' own is `fa4::hopper::Descales`).
+struct Descales {
+    const float* q;
+    const float* k;
+    const float* v;
+    i64 batch_stride;
+    i64 head_stride;
+};
+static_assert(sizeof(Descales) == 40, "Descales must match fa4_runtime::Descales");
+
+// The reference's input dtype codes: 0 fp16 and 1 bf16 (as `is_bf16` elsewhere), 2 e4m3.
+constexpr int kE4m3 = 2;
 
 namespace {
 
@@ -37,6 +53,58 @@ __device__ __forceinline__ u16 from_f32(float x, int is_bf16) {
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(x));
     }
     return r;
+}
+
+// OCP e4m3 (PyTorch's float8_e4m3fn): 4 exponent bits (bias 7), 3 mantissa bits, no
+// infinities, S.1111.111 NaN, ±448 the largest finite value. Spelled out in integer and
+// f32 operations so that every arch's build (sm80 too) has it.
+__device__ __forceinline__ float e4m3_to_f32(u32 v) {
+    const u32 e = (v >> 3) & 0xf, m = v & 7;
+    float mag;
+    if (e == 0xf && m == 7) {
+        mag = __uint_as_float(0x7fc00000u);
+    } else if (e == 0) {
+        mag = float(m) * (1.f / 512.f);  // subnormal: m x 2^-9
+    } else {
+        mag = __uint_as_float((e + 120) << 23) * (1.f + float(m) * 0.125f);  // 2^(e-7) x 1.m
+    }
+    return v & 0x80 ? -mag : mag;
+}
+
+// Rounds to the nearest e4m3 value, ties to even, saturating at ±448 (PTX's
+// cvt.rn.satfinite.e4m3x2.f32, which sm80 lacks).
+__device__ __forceinline__ u8 f32_to_e4m3(float x) {
+    const u32 sign = (__float_as_uint(x) >> 24) & 0x80;
+    const float a = fabsf(x);
+    if (a != a) return u8(sign | 0x7f);
+    if (a >= 448.f) return u8(sign | 0x7e);
+    // The binade of `a` (subnormals share the lowest normal one's step, 2^-9), and `a`
+    // in steps of 2^(e-3): 8 to 16 in a normal binade, below 8 only for subnormals.
+    int e = int((__float_as_uint(a) >> 23) & 0xff) - 127;
+    if (e < -6) e = -6;
+    int n = __float2int_rn(a * __uint_as_float(u32(127 + 3 - e) << 23));
+    int field = e + 7;
+    if (n >= 16) {  // rounded up into the next binade
+        n = 8;
+        field += 1;
+    }
+    if (n < 8) field = 0;
+    return u8(sign | (u32(field) << 3) | (u32(n) & 7));
+}
+
+// An input element of dtype code `dtype` at `index` elements from `base`, as f32.
+__device__ __forceinline__ float load_input(const void* base, i64 index, int dtype) {
+    if (dtype == kE4m3) return e4m3_to_f32(static_cast<const u8*>(base)[index]);
+    return to_f32(static_cast<const u16*>(base)[index], dtype);
+}
+
+// A standard normal sample, element `i` of the stream `seed` (Box-Muller on a
+// counter-based hash).
+__device__ __forceinline__ float normal_sample(u64 seed, u64 i) {
+    const u64 h = mix64(seed ^ mix64(i + 0x9e3779b97f4a7c15ull));
+    const float u1 = float((h >> 40) + 1) * (1.0f / 16777217.0f);  // (0, 1]
+    const float u2 = float((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
+    return sqrtf(-2.f * logf(u1)) * cosf(6.28318530718f * u2);
 }
 
 __device__ __forceinline__ u64 global_thread() { return u64(blockIdx.x) * blockDim.x + threadIdx.x; }
@@ -67,14 +135,20 @@ __device__ float block_sum(float v, float* scratch) {
 
 // ---- inputs ------------------------------------------------------------------------------
 
-// Standard normal samples (Box-Muller on a counter-based hash), rounded to the dtype.
+// Standard normal samples, rounded to the dtype.
 extern "C" __global__ void fill_normal(u16* out, u64 n, u64 seed, int is_bf16) {
+    for (u64 i = global_thread(); i < n; i += grid_threads()) out[i] = from_f32(normal_sample(seed, i), is_bf16);
+}
+
+// Standard normal samples quantised to e4m3 (to nearest even, saturating at ±448). The
+// outlier channels, c % 32 == 7 of every head (c: the element's place in its token row
+// of `row_stride` elements, modulo `head_dim`), are multiplied by `outlier_scale` first.
+extern "C" __global__ void fill_normal_e4m3(u8* out, u64 n, u64 seed, u64 row_stride, u32 head_dim,
+                                            float outlier_scale) {
     for (u64 i = global_thread(); i < n; i += grid_threads()) {
-        const u64 h = mix64(seed ^ mix64(i + 0x9e3779b97f4a7c15ull));
-        const float u1 = float((h >> 40) + 1) * (1.0f / 16777217.0f);  // (0, 1]
-        const float u2 = float((h >> 16) & 0xffffff) * (1.0f / 16777216.0f);
-        const float z = sqrtf(-2.f * logf(u1)) * cosf(6.28318530718f * u2);
-        out[i] = from_f32(z, is_bf16);
+        float z = normal_sample(seed, i);
+        if (i % row_stride % head_dim % 32 == 7) z *= outlier_scale;
+        out[i] = f32_to_e4m3(z);
     }
 }
 
@@ -97,18 +171,23 @@ extern "C" __global__ void fill_u32(u32* out, u64 n, u64 n_logical, u32 poison, 
 // ---- reference ---------------------------------------------------------------------------
 
 // One block per (query row, head, sequence); rows past a sequence's length return.
-// Dynamic shared memory: 32 + head_dim + seqlen_k floats. mask_kind: 0 none, 1 causal,
-// 2 local (window from the params); soft-capping when params.softcap > 0; sink logits
-// when params.sinks is set; paged: K/V through the page table. Writes O in f32 as
-// [token rows, heads_q, head_dim_v] (token row b * seqlen_q + t, or cu_seqlens_q[b] + t)
-// and LSE in the kernels' layout (see FwdParams).
-extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdParams p, int is_bf16, int mask_kind,
-                                               int paged, int head_dim, int head_dim_v, float* o_ref,
-                                               float* lse_ref) {
+// Dynamic shared memory: 32 + head_dim + seqlen_k floats. dtype: Q, K and V's code (0
+// fp16, 1 bf16, 2 e4m3; strides in elements either way); e4m3 inputs are dequantised
+// with `descale` before anything else. mask_kind: 0 none, 1 causal, 2 local (window from
+// the params); soft-capping when params.softcap > 0; sink logits when params.sinks is
+// set; paged: K/V through the page table. Writes O in f32 as [token rows, heads_q,
+// head_dim_v] (token row b * seqlen_q + t, or cu_seqlens_q[b] + t) and LSE in the
+// kernels' layout (see FwdParams).
+extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdParams p, int dtype, int mask_kind,
+                                               int paged, int head_dim, int head_dim_v, Descales descale,
+                                               float* o_ref, float* lse_ref) {
     const int row = blockIdx.x;
     const int head = blockIdx.y;
     const int b = blockIdx.z;
     const int kv_head = head / (p.heads_q / p.heads_kv);
+    const i64 descale_at = b * descale.batch_stride + kv_head * descale.head_stride;
+    auto factor = [&](const float* d) { return dtype == kE4m3 && d != nullptr ? d[descale_at] : 1.f; };
+    const float q_scale = factor(descale.q), k_scale = factor(descale.k), v_scale = factor(descale.v);
     extern __shared__ float smem[];
     float* scratch = smem;
     float* q = smem + 32;
@@ -122,9 +201,10 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
     if (p.seqused_k != nullptr) seqlen_k = p.seqused_k[b];
     if (row >= seqlen_q) return;
     const i64 token = varlen_q ? i64(p.cu_seqlens_q[b]) + row : i64(b) * p.seqlen_q + row;
-    const u16* qg = static_cast<const u16*>(p.q) + head * p.q_head_stride +
-                    (varlen_q ? token * p.q_row_stride : b * p.q_batch_stride + i64(row) * p.q_row_stride);
-    auto key_row = [&](const void* base, i64 batch_stride, i64 row_stride, i64 head_stride, int j) {
+    const i64 q_row = head * p.q_head_stride +
+                      (varlen_q ? token * p.q_row_stride : b * p.q_batch_stride + i64(row) * p.q_row_stride);
+    // Where key j's row of K or V starts, in elements.
+    auto key_row = [&](i64 batch_stride, i64 row_stride, i64 head_stride, int j) {
         i64 off = kv_head * head_stride;
         if (paged) {
             const int page = p.page_table[i64(b) * p.page_table_batch_stride + j / p.page_size];
@@ -134,9 +214,9 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
         } else {
             off += b * batch_stride + i64(j) * row_stride;
         }
-        return static_cast<const u16*>(base) + off;
+        return off;
     };
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q[d] = to_f32(qg[d], is_bf16);
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q[d] = load_input(p.q, q_row + d, dtype) * q_scale;
     __syncthreads();
 
     const int diag = row + seqlen_k - seqlen_q;
@@ -150,9 +230,9 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
 
     float mx = fa4::neg_inf();
     for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
-        const u16* kr = key_row(p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride, j);
+        const i64 kr = key_row(p.k_batch_stride, p.k_row_stride, p.k_head_stride, j);
         float dot = 0.f;
-        for (int d = 0; d < head_dim; ++d) dot += q[d] * to_f32(kr[d], is_bf16);
+        for (int d = 0; d < head_dim; ++d) dot += q[d] * (load_input(p.k, kr + d, dtype) * k_scale);
         float s = dot * p.softmax_scale;
         if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
         score[j] = s;
@@ -173,8 +253,10 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
     float* o = o_ref + (token * p.heads_q + head) * head_dim_v;
     for (int d = threadIdx.x; d < head_dim_v; d += blockDim.x) {
         float acc = 0.f;
-        for (int j = lo; j < hi; ++j)
-            acc += score[j] * to_f32(key_row(p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride, j)[d], is_bf16);
+        for (int j = lo; j < hi; ++j) {
+            const i64 vr = key_row(p.v_batch_stride, p.v_row_stride, p.v_head_stride, j);
+            acc += score[j] * (load_input(p.v, vr + d, dtype) * v_scale);
+        }
         o[d] = hi > lo ? acc / sum : 0.f;
     }
     if (threadIdx.x == 0) {

@@ -34,7 +34,9 @@ int main(int argc, char** argv) {
     int layout = sizeof(fa4gen_params) == fa4gen_params_size() && offsetof(fa4gen_params, sinks) == 176 &&
                  offsetof(fa4gen_params, lse_batch_stride) == 216 && offsetof(fa4gen_params, page_size) == 236 &&
                  offsetof(fa4gen_prefill_args, params) == 16 &&
-                 offsetof(fa4gen_prefill_args, split_workspace) == 256 && sizeof(fa4gen_prefill_args) == 272 &&
+                 offsetof(fa4gen_prefill_args, split_workspace) == 256 &&
+                 offsetof(fa4gen_prefill_args, q_descale) == 272 &&
+                 offsetof(fa4gen_prefill_args, descale_head_stride) == 304 && sizeof(fa4gen_prefill_args) == 312 &&
                  fa4gen_split_workspace_bytes(132) > 0;
     printf("params layout: %s\n", layout ? "ok" : "MISMATCH");
     fa4gen_prefill_args a;
@@ -44,9 +46,17 @@ int main(int argc, char** argv) {
     int launch = fa4gen_prefill(cache, &a, NULL);
     printf("prefill without a current context: code %d: %s\n", launch, fa4gen_last_error());
     int null_args = fa4gen_prefill(cache, NULL, NULL);
+    /* e4m3 (dtype 2) is a dtype the library knows, descales and all; 3 is not. */
+    a.dtype = 2;
+    int fp8 = fa4gen_prefill(cache, &a, NULL);
+    a.dtype = 3;
+    int unknown = fa4gen_prefill(cache, &a, NULL);
+    printf("e4m3 prefill without a current context: code %d; dtype 3: code %d: %s\n", fp8, unknown,
+           fa4gen_last_error());
     fa4gen_cache_close(cache);
     return code == FA4GEN_ERR_UNSUPPORTED && s.threads > 0 && strlen(s.kernel_id) > 0 && layout &&
-                   launch == FA4GEN_ERR_CUDA && null_args == FA4GEN_ERR_INVALID_ARGUMENT
+                   launch == FA4GEN_ERR_CUDA && null_args == FA4GEN_ERR_INVALID_ARGUMENT && fp8 == FA4GEN_ERR_CUDA &&
+                   unknown == FA4GEN_ERR_INVALID_ARGUMENT
                ? 0
                : 1;
 }

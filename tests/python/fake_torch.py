@@ -19,6 +19,7 @@ class dtype:
 
 bfloat16, float16, float32 = dtype("bfloat16", 2), dtype("float16", 2), dtype("float32", 4)
 int32, int64, uint8 = dtype("int32", 4), dtype("int64", 8), dtype("uint8", 1)
+float8_e4m3fn = dtype("float8_e4m3fn", 1)
 
 
 class device:
@@ -96,6 +97,12 @@ class Tensor:
 
     def to(self, dtype_):
         return self if dtype_ is self.dtype else Tensor(self.shape, dtype_, self.device)
+
+    def expand(self, *shape):
+        """A broadcast view: the new and the widened dims have stride 0."""
+        lead = len(shape) - self.dim()
+        strides = [0] * lead + [0 if n != m else st for n, m, st in zip(shape[lead:], self.shape, self._strides)]
+        return Tensor(shape, self.dtype, self.device, strides, self._address)
 
     def view(self, *shape):
         if not self.is_contiguous():

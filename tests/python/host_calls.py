@@ -20,12 +20,14 @@ import fake_torch as torch  # noqa: E402
 torch.install()
 import fa4gen  # noqa: E402
 
-# fa4gen_prefill_args in order, as fa4gen.h declares them (before the split workspace).
+# fa4gen_prefill_args in order, as fa4gen.h declares them (before the split workspace),
+# and the e4m3 descales that follow the split workspace.
 FIELDS = ("dtype head_dim head_dim_v causal q k v o lse "
           "q_batch q_row q_head k_batch k_row k_head v_batch v_row v_head o_batch o_row o_head "
           "batch seqlen_q seqlen_k heads_q heads_kv scale scale_log2 window_left window_right softcap sinks "
           "cu_seqlens_q cu_seqlens_k seqused_k page_table lse_batch lse_head table_stride page_size").split()
-BF16, I32 = torch.bfloat16, torch.int32
+DESCALE_FIELDS = "q_descale k_descale v_descale descale_batch descale_head".split()
+BF16, I32, F32, E4M3 = torch.bfloat16, torch.int32, torch.float32, torch.float8_e4m3fn
 
 
 class Launches:
@@ -36,9 +38,11 @@ class Launches:
         fa4gen._launch = self._record
         return self
 
-    def _record(self, torch_, device, cache, fields, split=False):
-        fa4gen._ARGS.pack(*fields, 0, 0)  # what the C ABI would receive: the count and types hold
-        self.calls.append((dict(zip(FIELDS, fields, strict=True)), split))
+    def _record(self, torch_, device, cache, fields, split=False, descale=(0, 0, 0, 0, 0)):
+        fa4gen._ARGS.pack(*fields, 0, 0, *descale)  # what the C ABI would receive: the count and types hold
+        named = dict(zip(FIELDS, fields, strict=True))
+        named.update(zip(DESCALE_FIELDS, descale, strict=True))
+        self.calls.append((named, split))
 
     def __exit__(self, *exc):
         fa4gen._launch = self._saved
@@ -171,10 +175,8 @@ class KvcacheCall(unittest.TestCase):
     def test_work_fa4gen_does_not_do_is_refused_by_name(self):
         a = packed_extend()
         t = torch.empty((700, 2, 128), BF16)
-        scale = torch.empty((3, 2), torch.float32)
         for name, value in (("k", t), ("v", t), ("qv", t), ("rotary_cos", t), ("rotary_sin", t),
                             ("rotary_seqlens", a["cache_seqlens"]), ("cache_leftpad", a["cache_seqlens"]),
-                            ("q_descale", scale), ("k_descale", scale), ("v_descale", scale),
                             ("attention_chunk", 256), ("sm_margin", 4)):
             with Launches() as rec, self.assertRaisesRegex(NotImplementedError, "^%s" % name):
                 fa4gen.flash_attn_with_kvcache(
@@ -249,11 +251,11 @@ class RoutedCalls(unittest.TestCase):
         route = fa4gen.routed(fa3_varlen)
         with Launches() as rec:
             self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, max_seqlen_q=1, max_seqlen_k=900), "fa3")
-            self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, 500, 900, k_descale=self.cq), "fa3")
+            self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, 500, 900, qv=self.q), "fa3")
             self.assertEqual(route(self.q, self.k, self.k, self.cq, self.ck, 500, 900, seqused_q=self.cq), "fa3")
         self.assertEqual(rec.calls, [])
-        self.assertEqual(route.fallbacks, {"fewer than 64 queries a sequence": 1, "k_descale": 1, "seqused_q": 1})
-        self.assertEqual(fa3_varlen.calls[1]["k_descale"], self.cq)
+        self.assertEqual(route.fallbacks, {"fewer than 64 queries a sequence": 1, "qv": 1, "seqused_q": 1})
+        self.assertEqual(fa3_varlen.calls[1]["qv"], self.q)
         # The threshold is the caller's.
         fields, _, _ = launch(lambda: fa4gen.routed(fa3_varlen, min_queries=1)(
             self.q, self.k, self.k, self.cq, self.ck, max_seqlen_q=1, max_seqlen_k=900))
@@ -381,16 +383,15 @@ class VarlenAndDenseCalls(unittest.TestCase):
                          (192, 128, (900, 16, 128), (16, 900), []))
         for hints in (dict(num_splits=1), dict(pack_gqa=False), dict(ver=3)):
             self.assertEqual(without_outputs(call(**hints)[0]), without_outputs(fields), hints)
-        for name, value in (("seqused_q", cq), ("qv", q), ("k_descale", lse), ("attention_chunk", 128),
-                            ("sm_margin", 8)):
+        for name, value in (("seqused_q", cq), ("qv", q), ("attention_chunk", 128), ("sm_margin", 8)):
             with Launches() as rec, self.assertRaisesRegex(NotImplementedError, "^%s" % name):
                 fa4gen.flash_attn_varlen_func(q, k, v, cq, ck, 500, 900, **{name: value})
             self.assertEqual(rec.calls, [], name)
         qd, kd = torch.empty((2, 300, 8, 128), BF16), torch.empty((2, 300, 8, 128), BF16)
         _, _, (o, lse) = launch(lambda: fa4gen.flash_attn_func(qd, kd, kd, causal=True, return_softmax_lse=True))
         self.assertEqual(lse.shape, (2, 8, 300))
-        with self.assertRaisesRegex(NotImplementedError, "^q_descale"):
-            fa4gen.flash_attn_func(qd, kd, kd, q_descale=lse)
+        with self.assertRaisesRegex(ValueError, "^q_descale given with torch.bfloat16 inputs"):
+            fa4gen.flash_attn_func(qd, kd, kd, q_descale=torch.empty((2, 8), F32))
 
     def test_bad_arguments_are_named_before_any_launch(self):
         q, k, v = (torch.empty((2, 300, 8, 128), BF16) for _ in range(3))
@@ -417,6 +418,142 @@ class VarlenAndDenseCalls(unittest.TestCase):
             with Launches() as rec, self.assertRaisesRegex(kind, words):
                 fn()
             self.assertEqual(rec.calls, [], words)
+
+
+def fa3_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
+                cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, page_table=None, cu_seqlens_q=None,
+                cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None, q_descale=None, k_descale=None,
+                v_descale=None, softmax_scale=None, causal=False, **rest):
+    """FlashAttention-3's flash_attn_with_kvcache (its leading arguments), recording its calls."""
+    fa3_kvcache.calls.append(dict(locals()))
+    return "fa3"
+
+
+fa3_kvcache.__name__ = "flash_attn_with_kvcache"
+
+
+class Fp8Calls(unittest.TestCase):
+    """e4m3 q/k/v with FlashAttention-3's descales: dtype code 2, a bf16 out, the descale
+    pointers and strides after the split workspace."""
+
+    def dense(self, hq=8, hkv=2):
+        q = torch.empty((2, 300, hq, 128), E4M3)
+        k, v = torch.empty((2, 500, hkv, 128), E4M3), torch.empty((2, 500, hkv, 128), E4M3)
+        return q, k, v
+
+    def test_e4m3_packs_dtype_2_a_bf16_out_and_the_descales(self):
+        q, k, v = self.dense()
+        qd, kd, vd = (torch.empty((2, 2), F32) for _ in range(3))
+        fields, split, (o, lse) = launch(lambda: fa4gen.flash_attn_func(
+            q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True))
+        self.assertEqual(fields["dtype"], 2)
+        self.assertEqual((o.dtype, o.shape, lse.dtype, lse.shape), (BF16, (2, 300, 8, 128), F32, (2, 8, 300)))
+        self.assertEqual((fields["o_row"], fields["o_head"]), (8 * 128, 128))
+        # Q/K/V strides in elements, as for bf16: the runtime halves them for the kernel.
+        self.assertEqual((fields["q_batch"], fields["q_row"], fields["k_row"]), (300 * 8 * 128, 8 * 128, 2 * 128))
+        self.assertEqual((fields["q_descale"], fields["k_descale"], fields["v_descale"]),
+                         (qd.data_ptr(), kd.data_ptr(), vd.data_ptr()))
+        self.assertEqual((fields["descale_batch"], fields["descale_head"]), (2, 1))
+        self.assertFalse(split)
+        # out given: bf16 is taken, e4m3 refused.
+        out = torch.empty((2, 300, 8, 128), BF16)
+        fields, _, o = launch(lambda: fa4gen.flash_attn_func(q, k, v, out=out))
+        self.assertEqual((fields["o"], fields["q_descale"]), (out.data_ptr(), 0))
+        with self.assertRaisesRegex(ValueError, "out is torch.float8_e4m3fn .*: torch.bfloat16"):
+            fa4gen.flash_attn_func(q, k, v, out=torch.empty((2, 300, 8, 128), E4M3))
+
+    def test_a_descale_left_out_is_a_null_pointer(self):
+        q, k, v = self.dense()
+        kd = torch.empty((2, 2), F32)
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_func(q, k, v, k_descale=kd))
+        self.assertEqual([fields[n] for n in DESCALE_FIELDS], [0, kd.data_ptr(), 0, 2, 1])
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_func(q, k, v))
+        self.assertEqual([fields[n] for n in DESCALE_FIELDS], [0, 0, 0, 0, 0])
+
+    def test_descale_strides_are_shared_or_made_so(self):
+        q, k, v = self.dense()
+        scalar = torch.empty((1,), F32)
+        # SGLang's per-tensor scales, expanded: stride 0 both ways, passed as they are.
+        per_tensor = scalar.expand(2, 2)
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_func(q, k, v, k_descale=per_tensor, v_descale=per_tensor))
+        self.assertEqual([fields[n] for n in DESCALE_FIELDS], [0, scalar.data_ptr(), scalar.data_ptr(), 0, 0])
+        # A transposed view and a contiguous tensor: the kernel reads one pair of strides,
+        # so both are copied contiguous.
+        kd, vd = torch.Tensor((2, 2), F32, strides=(1, 2)), torch.empty((2, 2), F32)
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_func(q, k, v, q_descale=per_tensor, k_descale=kd,
+                                                             v_descale=vd))
+        self.assertEqual((fields["descale_batch"], fields["descale_head"]), (2, 1))
+        self.assertNotIn(fields["q_descale"], (0, scalar.data_ptr()))
+        self.assertNotIn(fields["k_descale"], (0, kd.data_ptr()))
+        self.assertEqual(fields["v_descale"], vd.data_ptr())
+
+    def test_varlen_descales_have_a_row_per_sequence(self):
+        q = torch.empty((700, 16, 128), E4M3)
+        k = torch.empty((900, 2, 128), E4M3)
+        cq, ck = torch.empty((4,), I32), torch.empty((4,), I32)
+        d = torch.empty((3, 2), F32)
+        fields, _, o = launch(lambda: fa4gen.flash_attn_varlen_func(q, k, k, cq, ck, 400, 500, causal=True,
+                                                                    q_descale=d, k_descale=d, v_descale=d))
+        self.assertEqual((fields["dtype"], fields["batch"], fields["q_descale"], o.dtype), (2, 3, d.data_ptr(), BF16))
+        with self.assertRaisesRegex(ValueError, r"k_descale has shape \(4, 2\): .* = \(3, 2\) expected"):
+            fa4gen.flash_attn_varlen_func(q, k, k, cq, ck, 400, 500, k_descale=torch.empty((4, 2), F32))
+
+    def test_kvcache_over_dense_e4m3_caches(self):
+        q = torch.empty((2, 5, 8, 64), E4M3)
+        kc, vc = torch.empty((2, 1000, 2, 64), E4M3), torch.empty((2, 1000, 2, 64), E4M3)
+        scale = torch.empty((1,), F32).expand(2, 2)
+        fields, _, o = launch(lambda: fa4gen.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=700, k_descale=scale,
+                                                                     v_descale=scale))
+        self.assertEqual((fields["dtype"], fields["seqlen_k"], fields["k_descale"], o.dtype),
+                         (2, 700, scale.data_ptr(), BF16))
+
+    def test_bad_fp8_arguments_are_named_before_any_launch(self):
+        q, k, v = self.dense()
+        qb, kb = torch.empty((2, 300, 8, 128), BF16), torch.empty((2, 500, 2, 128), BF16)
+        good = torch.empty((2, 2), F32)
+        cases = (
+            (lambda: fa4gen.flash_attn_func(qb, kb, kb, k_descale=good, v_descale=good), ValueError,
+             "^k_descale and v_descale given with torch.bfloat16 inputs"),
+            (lambda: fa4gen.flash_attn_func(q, k, v, q_descale=torch.empty((2, 2), torch.float16)), ValueError,
+             "q_descale is torch.float16: descales are torch.float32"),
+            (lambda: fa4gen.flash_attn_func(q, k, v, q_descale=torch.empty((2, 8), F32)), ValueError,
+             r"q_descale has shape \(2, 8\): FlashAttention-3's \(batch, num_heads_kv\) = \(2, 2\)"),
+            (lambda: fa4gen.flash_attn_func(q, k, v, v_descale=torch.empty((2,), F32)), ValueError,
+             r"v_descale has shape \(2,\)"),
+            (lambda: fa4gen.flash_attn_func(q, k, v, v_descale=torch.empty((2, 2), F32, device="cpu")), ValueError,
+             "v_descale is on cpu"),
+            (lambda: fa4gen.flash_attn_func(q, kb, kb), TypeError, "k is torch.bfloat16 and q is "
+             "torch.float8_e4m3fn: .* not offered yet"),
+            (lambda: fa4gen.flash_attn_func(qb, k, v), TypeError, "k is torch.float8_e4m3fn and q is torch.bfloat16"),
+        )
+        for fn, kind, words in cases:
+            with Launches() as rec, self.assertRaisesRegex(kind, words):
+                fn()
+            self.assertEqual(rec.calls, [], words)
+
+    def test_paged_e4m3_is_refused_and_routed_to_the_fallback(self):
+        a = packed_extend()
+        q8 = torch.empty((700, 16, 128), E4M3)
+        kc8 = torch.empty((600, 1, 2, 128), E4M3)
+        scale = torch.empty((1,), F32).expand(3, 2)
+        extend = dict(page_table=a["page_table"], cache_seqlens=a["cache_seqlens"], cu_seqlens_q=a["cu_seqlens_q"],
+                      max_seqlen_q=400, causal=True, k_descale=scale, v_descale=scale)
+        with Launches() as rec:
+            with self.assertRaisesRegex(NotImplementedError, "^page_table with e4m3 caches: .*not offered yet"):
+                fa4gen.flash_attn_with_kvcache(q8, kc8, kc8, **extend)
+            with self.assertRaisesRegex(NotImplementedError, "^block_table with e4m3 caches"):
+                fa4gen.flash_attn_varlen_func(q8, kc8, kc8, a["cu_seqlens_q"], None, 400, 512,
+                                              block_table=a["page_table"], seqused_k=a["cache_seqlens"])
+            with self.assertRaisesRegex(NotImplementedError, "^cache_batch_idx with e4m3 caches"):
+                fa4gen.flash_attn_with_kvcache(torch.empty((3, 7, 8, 128), E4M3), torch.empty((10, 64, 2, 128), E4M3),
+                                               torch.empty((10, 64, 2, 128), E4M3), cache_batch_idx=a["cache_seqlens"])
+            # SGLang's FP8 KV cache: the engine's own FA3 serves it.
+            fa3_kvcache.calls = []
+            route = fa4gen.routed(fa3_kvcache)
+            self.assertEqual(route(q8, kc8, kc8, **extend), "fa3")
+        self.assertEqual(rec.calls, [])
+        self.assertEqual(route.fallbacks, {"page_table with e4m3 caches": 1})
+        self.assertIs(fa3_kvcache.calls[0]["k_descale"], scale)
 
 
 if __name__ == "__main__":

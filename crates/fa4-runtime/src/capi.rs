@@ -11,7 +11,9 @@ use std::path::Path;
 use cudarc::driver::sys::CUstream;
 use fa4_spec::{Arch, Dtype, Features, FwdParams, MaskKind};
 
-use crate::{KernelCache, PrefillArgs, PrefillError, Query, Reason, Runtime, SplitWorkspace};
+use crate::{
+    Descales, KernelCache, PrefillArgs, PrefillError, Query, Reason, Runtime, SplitWorkspace,
+};
 
 pub const FA4GEN_OK: i32 = 0;
 /// A null pointer, an unknown enum value, a path that is not UTF-8.
@@ -33,7 +35,7 @@ pub struct Fa4genCache(Runtime);
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct Fa4genPrefillArgs {
-    /// 0 bf16, 1 fp16.
+    /// 0 bf16, 1 fp16, 2 e4m3 (FP8 Q, K and V; O in bf16).
     pub dtype: u32,
     pub head_dim: u32,
     pub head_dim_v: u32,
@@ -43,7 +45,24 @@ pub struct Fa4genPrefillArgs {
     /// A split workspace (`fa4gen_split_workspace_bytes`, zeroed when allocated), or 0.
     pub split_workspace: u64,
     pub split_workspace_bytes: u64,
+    /// e4m3 calls only (read for dtype 2): f32 descales of Q, K and V per (sequence, KV
+    /// head), device pointers or 0 (1.0), at `b * batch_stride + h_kv * head_stride`.
+    pub q_descale: u64,
+    pub k_descale: u64,
+    pub v_descale: u64,
+    pub descale_batch_stride: i64,
+    pub descale_head_stride: i64,
 }
+
+/// Bytes of `Fa4genPrefillArgs` before the descales: the whole struct of the headers
+/// before e4m3, all that a bf16 or fp16 call is read for.
+const PREFILL_ARGS_16BIT_BYTES: usize = std::mem::offset_of!(Fa4genPrefillArgs, q_descale);
+
+const _: () = assert!(PREFILL_ARGS_16BIT_BYTES == 272);
+const _: () = assert!(std::mem::size_of::<Fa4genPrefillArgs>() == 312);
+
+/// The dtype code of e4m3 (`Fa4genPrefillArgs::dtype`, `Fa4genQuery::dtype`).
+const DTYPE_E4M3: u32 = 2;
 
 /// The problem, as the dispatcher sees it. Mirrors `fa4gen_query` in `fa4gen.h`.
 #[repr(C)]
@@ -51,7 +70,7 @@ pub struct Fa4genPrefillArgs {
 pub struct Fa4genQuery {
     /// Compute capability times ten: 80, 86, 89, 90, 100, 120.
     pub arch: u32,
-    /// 0 bf16, 1 fp16.
+    /// 0 bf16, 1 fp16, 2 e4m3.
     pub dtype: u32,
     pub head_dim: u32,
     pub head_dim_v: u32,
@@ -192,7 +211,34 @@ fn dtype(d: u32) -> Result<Dtype, String> {
     match d {
         0 => Ok(Dtype::Bf16),
         1 => Ok(Dtype::Fp16),
-        d => Err(format!("dtype {d} is not 0 (bf16) or 1 (fp16)")),
+        DTYPE_E4M3 => Ok(Dtype::E4m3),
+        d => Err(format!("dtype {d} is not 0 (bf16), 1 (fp16) or 2 (e4m3)")),
+    }
+}
+
+/// The caller's arguments: the whole struct for an e4m3 call, only the bytes before the
+/// descales otherwise (the descales then zero), so that a bf16 or fp16 caller that packs
+/// the struct of earlier headers (272 bytes, as the Python module does) is read exactly
+/// as before and never past its end.
+///
+/// # Safety
+/// `args` is valid for reads of 272 bytes, and of the whole struct when its dtype is 2;
+/// it need not be aligned.
+unsafe fn read_prefill_args(args: *const Fa4genPrefillArgs) -> Fa4genPrefillArgs {
+    // SAFETY: the dtype is the struct's first 4 bytes, which every caller passes.
+    let code = unsafe { std::ptr::read_unaligned(args.cast::<u32>()) };
+    let len = if code == DTYPE_E4M3 {
+        std::mem::size_of::<Fa4genPrefillArgs>()
+    } else {
+        PREFILL_ARGS_16BIT_BYTES
+    };
+    let mut out = std::mem::MaybeUninit::<Fa4genPrefillArgs>::zeroed();
+    // SAFETY: `len` bytes are readable at `args` (this function's contract) and fit
+    // `out`; every field is an integer or a float, for which any bytes (and zero) are a
+    // value.
+    unsafe {
+        std::ptr::copy_nonoverlapping(args.cast::<u8>(), out.as_mut_ptr().cast::<u8>(), len);
+        out.assume_init()
     }
 }
 
@@ -327,9 +373,9 @@ pub extern "C" fn fa4gen_split_workspace_bytes(sm_count: u32) -> u64 {
 /// the calling thread; each kernel's cubin is checked and loaded on its first call.
 ///
 /// # Safety
-/// `cache` is a live handle; `args` is null or valid for reads; its pointers are device
-/// memory of the bound device that outlives the kernel; `stream` belongs to the bound
-/// context.
+/// `cache` is a live handle; `args` is null or valid for reads (of the bytes before the
+/// descales unless its dtype is 2: `read_prefill_args`); its pointers are device memory
+/// of the bound device that outlives the kernel; `stream` belongs to the bound context.
 #[no_mangle]
 pub unsafe extern "C" fn fa4gen_prefill(
     cache: *const Fa4genCache,
@@ -345,7 +391,7 @@ pub unsafe extern "C" fn fa4gen_prefill(
         }
         // SAFETY: non-null and valid by the caller's contract; read unaligned, as a
         // caller may pack the struct into any buffer (Python's struct module does).
-        let (runtime, a) = unsafe { (&(*cache).0, std::ptr::read_unaligned(args)) };
+        let (runtime, a) = unsafe { (&(*cache).0, read_prefill_args(args)) };
         let dtype = match dtype(a.dtype) {
             Ok(d) => d,
             Err(e) => return fail(FA4GEN_ERR_INVALID_ARGUMENT, format!("fa4gen_prefill: {e}")),
@@ -356,6 +402,13 @@ pub unsafe extern "C" fn fa4gen_prefill(
             head_dim_v: a.head_dim_v,
             causal: a.causal != 0,
             params: a.params,
+            descale: Descales {
+                q: a.q_descale,
+                k: a.k_descale,
+                v: a.v_descale,
+                batch_stride: a.descale_batch_stride,
+                head_stride: a.descale_head_stride,
+            },
             split: (a.split_workspace != 0).then_some(SplitWorkspace {
                 ptr: a.split_workspace,
                 bytes: a.split_workspace_bytes,

@@ -1,7 +1,9 @@
 //! The host-side checks of a launch: a bad argument is named before it reaches the
 //! device.
 
-use fa4_spec::{FwdParams, KernelSpec};
+use fa4_spec::{Dtype, FwdParams, KernelSpec};
+
+use crate::tma::Descales;
 
 /// A problem the kernels cannot take, found on the host before any launch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,8 +31,14 @@ pub enum ProblemError {
         addr: u64,
         align: u64,
     },
-    #[error("{what} = {value} elements is not a multiple of 8 (16 bytes): the kernels load 16 bytes at a time")]
-    Stride { what: &'static str, value: i64 },
+    #[error("{what} = {value} elements is not a multiple of {multiple} (16 bytes): the kernels load 16 bytes at a time")]
+    Stride {
+        what: &'static str,
+        value: i64,
+        multiple: i64,
+    },
+    #[error("{what} = {value} elements is odd: e4m3 kernels read Q, K and V in pairs of elements, so their strides must be even; lay the tensor out with even strides (pad its rows)")]
+    OddStride { what: &'static str, value: i64 },
     #[error("{what} = {value} elements is over {max}: the kernels address a tile of rows with 32-bit offsets; make the rows closer together")]
     StrideTooLarge {
         what: &'static str,
@@ -65,8 +73,15 @@ pub enum ProblemError {
 /// then spans less than 2^32 elements (the kernels step through it in 32 bits).
 pub const MAX_ROW_STRIDE: i64 = 1 << 24;
 
-/// The host-side checks of a forward launch: shapes, pointers, alignment, strides.
+/// The host-side checks of a forward launch on 16-bit tensors (bf16, fp16): shapes,
+/// pointers, alignment, strides.
 pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
+    check_problem_as(Dtype::Bf16, p)
+}
+
+/// The checks of [`check_problem`] for Q, K and V of `dtype` (and O of `dtype.output()`):
+/// each stride a whole number of 16-byte steps.
+pub fn check_problem_as(dtype: Dtype, p: &FwdParams) -> Result<(), ProblemError> {
     let at_least = |what, value: i64, min| {
         if value < min {
             Err(ProblemError::TooSmall { what, value, min })
@@ -131,19 +146,24 @@ pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
             });
         }
     }
+    // Elements per 16 bytes: of the inputs for Q, K and V, of the output for O.
+    let (input, output) = (
+        16 / i64::from(dtype.size()),
+        16 / i64::from(dtype.output().size()),
+    );
     let strides = [
-        ("q_batch_stride", p.q_batch_stride),
-        ("q_row_stride", p.q_row_stride),
-        ("q_head_stride", p.q_head_stride),
-        ("k_batch_stride", p.k_batch_stride),
-        ("k_row_stride", p.k_row_stride),
-        ("k_head_stride", p.k_head_stride),
-        ("v_batch_stride", p.v_batch_stride),
-        ("v_row_stride", p.v_row_stride),
-        ("v_head_stride", p.v_head_stride),
-        ("o_batch_stride", p.o_batch_stride),
-        ("o_row_stride", p.o_row_stride),
-        ("o_head_stride", p.o_head_stride),
+        ("q_batch_stride", p.q_batch_stride, input),
+        ("q_row_stride", p.q_row_stride, input),
+        ("q_head_stride", p.q_head_stride, input),
+        ("k_batch_stride", p.k_batch_stride, input),
+        ("k_row_stride", p.k_row_stride, input),
+        ("k_head_stride", p.k_head_stride, input),
+        ("v_batch_stride", p.v_batch_stride, input),
+        ("v_row_stride", p.v_row_stride, input),
+        ("v_head_stride", p.v_head_stride, input),
+        ("o_batch_stride", p.o_batch_stride, output),
+        ("o_row_stride", p.o_row_stride, output),
+        ("o_head_stride", p.o_head_stride, output),
     ];
     for (what, value) in [
         ("q_row_stride", p.q_row_stride),
@@ -160,19 +180,93 @@ pub fn check_problem(p: &FwdParams) -> Result<(), ProblemError> {
     }
     at_least("lse_batch_stride", p.lse_batch_stride, 0)?;
     at_least("lse_head_stride", p.lse_head_stride, 0)?;
-    for (what, value) in strides {
-        if value % 8 != 0 {
-            return Err(ProblemError::Stride { what, value });
+    for (what, value, multiple) in strides {
+        if value % multiple != 0 {
+            return Err(ProblemError::Stride {
+                what,
+                value,
+                multiple,
+            });
         }
         at_least(what, value, 0)?;
     }
     Ok(())
 }
 
-/// The checks of [`check_problem`] plus those of the spec's mask and score features: a
-/// window for local masks, a cap for softcap kernels, sink logits for sink kernels.
+/// The checks of FP8 descales: each pointer set 4-byte aligned (f32), the strides not
+/// negative; none set for a 16-bit kernel, which would not read them.
+pub fn check_descales(dtype: Dtype, d: &Descales) -> Result<(), ProblemError> {
+    let pointers = [("q_descale", d.q), ("k_descale", d.k), ("v_descale", d.v)];
+    if !dtype.is_fp8() {
+        return match pointers.iter().find(|(_, addr)| *addr != 0) {
+            Some(&(what, _)) => Err(ProblemError::Unexpected(
+                what,
+                "descales scale e4m3 inputs; bf16 and fp16 kernels take none",
+            )),
+            None => Ok(()),
+        };
+    }
+    for (tensor, addr) in pointers {
+        if addr % 4 != 0 {
+            return Err(ProblemError::Misaligned {
+                tensor,
+                addr,
+                align: 4,
+            });
+        }
+    }
+    for (what, value) in [
+        ("descale_batch_stride", d.batch_stride),
+        ("descale_head_stride", d.head_stride),
+    ] {
+        if value < 0 {
+            return Err(ProblemError::TooSmall {
+                what,
+                value,
+                min: 0,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The arguments as a kernel of `dtype` reads them, from the caller's (strides in
+/// elements; already checked). e4m3 kernels move Q, K and V as pairs of bytes, so they
+/// take those strides in 2-byte units: halved, and an odd one refused, never rounded (a
+/// pair would straddle two rows). O's strides count `dtype.output()` elements and LSE's
+/// floats, as given. Every launch of a kernel passes what this returns.
+pub fn kernel_params(dtype: Dtype, p: &FwdParams) -> Result<FwdParams, ProblemError> {
+    match dtype {
+        Dtype::Bf16 | Dtype::Fp16 => Ok(*p),
+        Dtype::E4m3 => {
+            let half = |what, value: i64| {
+                if value % 2 != 0 {
+                    Err(ProblemError::OddStride { what, value })
+                } else {
+                    Ok(value / 2)
+                }
+            };
+            Ok(FwdParams {
+                q_batch_stride: half("q_batch_stride", p.q_batch_stride)?,
+                q_row_stride: half("q_row_stride", p.q_row_stride)?,
+                q_head_stride: half("q_head_stride", p.q_head_stride)?,
+                k_batch_stride: half("k_batch_stride", p.k_batch_stride)?,
+                k_row_stride: half("k_row_stride", p.k_row_stride)?,
+                k_head_stride: half("k_head_stride", p.k_head_stride)?,
+                v_batch_stride: half("v_batch_stride", p.v_batch_stride)?,
+                v_row_stride: half("v_row_stride", p.v_row_stride)?,
+                v_head_stride: half("v_head_stride", p.v_head_stride)?,
+                ..*p
+            })
+        }
+    }
+}
+
+/// The checks of [`check_problem_as`] for the spec's dtype plus those of its mask and
+/// score features: a window for local masks, a cap for softcap kernels, sink logits for
+/// sink kernels.
 pub fn check_problem_for(spec: &KernelSpec, p: &FwdParams) -> Result<(), ProblemError> {
-    check_problem(p)?;
+    check_problem_as(spec.dtype, p)?;
     if spec.mask == fa4_spec::MaskKind::Local && (p.window_left < -1 || p.window_right < -1) {
         return Err(ProblemError::Window {
             left: p.window_left,

@@ -25,10 +25,10 @@ const VARLEN_ENTRY_C: &CStr = c"fa4_fwd_varlen";
 const _: () = assert!(KERNEL_ENTRY_C.count_bytes() == fa4_spec::KERNEL_ENTRY.len());
 const _: () = assert!(VARLEN_ENTRY_C.count_bytes() == fa4_spec::VARLEN_KERNEL_ENTRY.len());
 
-use crate::checks::{check_problem_for, ProblemError};
+use crate::checks::{check_descales, check_problem_for, kernel_params, ProblemError};
 use crate::grid::{check_split_workspace, launch_footprint, launch_grid, SplitWorkspace};
 use crate::select::{mask_of, KernelCache, Query, Reason, SelectError};
-use crate::tma::TmaFwdParams;
+use crate::tma::{Descales, Fp8TmaFwdParams, TmaFwdParams};
 
 /// One prefill call: what the kernel computes and the tensors it reads and writes.
 #[derive(Debug, Clone, Copy)]
@@ -43,7 +43,11 @@ pub struct PrefillArgs {
     /// documents. The window is FlashAttention's `window_size` (-1: unbounded), sinks a
     /// device pointer or 0, softcap 0 for none, page_table 0 for dense K/V; the mask and
     /// the features follow from them. `scale_log2` is derived from `softmax_scale`.
+    /// Strides count elements of every dtype (e4m3 bytes too: `kernel_params` converts
+    /// them for the kernel).
     pub params: FwdParams,
+    /// The descales of e4m3 Q, K and V (null pointers: 1.0); all zero for bf16 and fp16.
+    pub descale: Descales,
     /// A split workspace (`gpu::SplitWorkspace`), or None: with one, an unmasked
     /// persistent kernel on a dense batch shares out its last tiles by keys.
     pub split: Option<SplitWorkspace>,
@@ -438,7 +442,10 @@ impl Runtime {
         let (query, params) = args.resolve(device.arch);
         // The device's own tuned choices where the cache has them.
         let selected = self.cache.select_on(&query, Some(&device.gpu))?;
-        check_problem_for(&selected.kernel.spec, &params)?;
+        let spec = &selected.kernel.spec;
+        check_problem_for(spec, &params)?;
+        check_descales(spec.dtype, &args.descale)?;
+        let kernel_params = kernel_params(spec.dtype, &params)?;
         let args_split = check_split_workspace(args.split, device.sm_count)?;
         let launched = |launched| Launched {
             kernel: selected.id,
@@ -461,19 +468,36 @@ impl Runtime {
             Some((_, varlen)) if fp.varlen_tiles => varlen,
             _ => kernel.func,
         };
-        // TMA kernels take the tensor maps over Q, K and V after the parameters.
-        let mut arg = params;
-        let mut tma_arg;
+        // TMA kernels take the tensor maps over Q, K and V after the parameters, e4m3
+        // kernels (all TMA kernels) the descales after those.
+        let descale = args.descale;
+        let mut arg = kernel_params;
+        let (mut tma_arg, mut fp8_arg);
         let mut args = [(&mut arg as *mut FwdParams).cast::<c_void>()];
-        if fp.tma_rows > 0 {
-            tma_arg = TmaFwdParams::encode(&selected.kernel.spec, &params, fp.tma_rows)
+        if spec.dtype.is_fp8() {
+            if fp.tma_rows == 0 {
+                return Err(PrefillError::Cubin {
+                    path: self.cache.dir().join(&selected.kernel.cubin),
+                    why: "is an e4m3 kernel that does not load by TMA (its footprint's \
+                          tma_rows is 0), which no fa4-gen template builds; rebuild the \
+                          cache with `fa4-gen build-cache`"
+                        .into(),
+                });
+            }
+            fp8_arg = Fp8TmaFwdParams::encode(spec, &kernel_params, fp.tma_rows, descale)
+                .map_err(|e| driver_failure("cuTensorMapEncodeTiled", e))?;
+            fp8_arg.tma.set_split_tail(fp, gx, args_split);
+            args = [(&mut fp8_arg as *mut Fp8TmaFwdParams).cast::<c_void>()];
+        } else if fp.tma_rows > 0 {
+            tma_arg = TmaFwdParams::encode(spec, &kernel_params, fp.tma_rows)
                 .map_err(|e| driver_failure("cuTensorMapEncodeTiled", e))?;
             tma_arg.set_split_tail(fp, gx, args_split);
             args = [(&mut tma_arg as *mut TmaFwdParams).cast::<c_void>()];
         }
-        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value,
-        // read during the call; check_problem_for vetted its shapes, pointers' alignment
-        // and strides, and the grid fits the launch limits (launch_grid).
+        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams, e4m3 ones
+        // Fp8TmaFwdParams) by value, read during the call; check_problem_for vetted its
+        // shapes, pointers' alignment and strides, and the grid fits the launch limits
+        // (launch_grid).
         cuda("cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(
                 func,

@@ -19,7 +19,10 @@ mod launch;
 mod select;
 mod tma;
 
-pub use checks::{check_problem, check_problem_for, ProblemError, MAX_ROW_STRIDE};
+pub use checks::{
+    check_descales, check_problem, check_problem_as, check_problem_for, kernel_params,
+    ProblemError, MAX_ROW_STRIDE,
+};
 pub use grid::{
     causal_section_pairs, check_split_workspace, launch_footprint, launch_grid,
     max_split_workspace_bytes, split_tail, split_workspace_bytes, SplitWorkspace,
@@ -29,7 +32,7 @@ pub use launch::{cubin_sm, driver_message, PrefillArgs, PrefillError, Runtime};
 pub use select::{
     gpu_name, mask_of, CacheError, KernelCache, Query, Reason, SelectError, Selected,
 };
-pub use tma::TmaFwdParams;
+pub use tma::{Descales, Fp8TmaFwdParams, TmaFwdParams};
 
 #[cfg(test)]
 mod test_manifest;

@@ -170,6 +170,13 @@ pub enum CacheError {
 pub enum SelectError {
     #[error("no kernels for {arch} in this cache (it has {cached}); build them with `fa4-gen build-cache --arch {arch}`")]
     Arch { arch: Arch, cached: String },
+    #[error("no {dtype} kernels for {arch} in this cache (it has {cached}){why}")]
+    Dtype {
+        arch: Arch,
+        dtype: Dtype,
+        cached: String,
+        why: &'static str,
+    },
     #[error("head dim {head_dim} (V {head_dim_v}) is not offered on {arch}: offered head dims are {offered}")]
     HeadDim {
         arch: Arch,
@@ -177,11 +184,12 @@ pub enum SelectError {
         head_dim_v: u32,
         offered: String,
     },
-    #[error("{what} is not in this cache for {arch} d{head_dim}; build it with `fa4-gen build-cache --features all`")]
+    #[error("{what} is not in this cache for {arch} d{head_dim}; {fix}")]
     Variant {
         arch: Arch,
         head_dim: u32,
         what: String,
+        fix: &'static str,
     },
 }
 
@@ -450,6 +458,23 @@ impl KernelCache {
                 },
             };
         }
+        if !same_arch.iter().any(|s| s.dtype == q.dtype) {
+            let cached: Vec<&str> = Dtype::EVERY
+                .iter()
+                .filter(|d| same_arch.iter().any(|s| s.dtype == **d))
+                .map(|d| d.name())
+                .collect();
+            return SelectError::Dtype {
+                arch: q.arch,
+                dtype: q.dtype,
+                cached: cached.join(", "),
+                why: if q.dtype.is_fp8() && q.arch != Arch::Sm90 {
+                    ": e4m3 kernels are built for sm90 (Hopper) only"
+                } else {
+                    ""
+                },
+            };
+        }
         if !same_arch
             .iter()
             .any(|s| s.head_dim == q.head_dim && s.head_dim_v == q.head_dim_v)
@@ -480,6 +505,13 @@ impl KernelCache {
                 q.mask.name(),
                 q.features.name()
             ),
+            fix: if q.dtype.is_fp8()
+                && (q.mask == MaskKind::Local || q.features != Features::default())
+            {
+                "e4m3 kernels are causal or unmasked, without sinks, softcap or paged K/V"
+            } else {
+                "build it with `fa4-gen build-cache --features all`"
+            },
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Tensor maps for the kernels that load Q/K/V by TMA (the Hopper template's
 //! warp-specialised producer): encoded on the host for each call and passed by value
-//! after the common parameters, as `fa4::hopper::TmaFwdParams` lays them out.
+//! after the common parameters, as `fa4::hopper::TmaFwdParams` lays them out; e4m3
+//! kernels take the same block followed by their descales (`Fp8TmaFwdParams`).
 
 use cudarc::driver::sys::{
     self, CUresult, CUtensorMap, CUtensorMapDataType, CUtensorMapFloatOOBfill,
@@ -29,84 +30,69 @@ pub struct TmaFwdParams {
 const _: () = assert!(std::mem::size_of::<TmaFwdParams>() == 768);
 const _: () = assert!(std::mem::offset_of!(TmaFwdParams, q_map) == 256);
 
+/// The f32 factors that scale e4m3 Q, K and V back (FlashAttention-3's `q_descale`,
+/// `k_descale`, `v_descale`): one per (sequence, KV head), at
+/// `b * batch_stride + h_kv * head_stride`. A null pointer means 1.0. Mirrors
+/// `fa4::hopper::Descales`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Descales {
+    /// Device pointers to f32, or 0.
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    /// In floats: FA3's `(batch, heads_kv)` tensors have `heads_kv` and 1.
+    pub batch_stride: i64,
+    pub head_stride: i64,
+}
+
+const _: () = assert!(std::mem::size_of::<Descales>() == 40);
+
+/// The argument block of an e4m3 kernel: the TMA block as for 16-bit kernels (its
+/// `fwd` holding the strides `kernel_params` gives e4m3 kernels), then the descales.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy)]
+pub struct Fp8TmaFwdParams {
+    pub tma: TmaFwdParams,
+    pub descale: Descales,
+}
+
+const _: () = assert!(std::mem::size_of::<Fp8TmaFwdParams>() == 832);
+const _: () = assert!(std::mem::offset_of!(Fp8TmaFwdParams, descale) == 768);
+
 /// Rows of Q (and O) per box: one consumer warpgroup's.
 const Q_BOX_ROWS: u32 = 64;
 
-/// One Q, K, V or O tensor as TMA sees it: [batch, rows, heads, head_dim], strides in
-/// elements.
-struct Tensor {
+/// One map's arguments to `cuTensorMapEncodeTiled`: a tensor of rank 4, innermost
+/// dimension first ([columns, rows, heads, batches]), strides in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MapLayout {
+    data_type: CUtensorMapDataType,
     ptr: u64,
-    head_dim: u32,
-    row_stride: i64,
-    head_stride: i64,
-    batch_stride: i64,
+    dims: [u64; 4],
+    strides: [u64; 3],
+    boxes: [u32; 4],
 }
 
 impl TmaFwdParams {
     /// Encodes the maps over Q, K, V and O for `params` (already checked by
-    /// `check_problem_for`): boxes of 64 columns (one 128-byte swizzle row) by 64 query
-    /// rows or `box_rows` keys. A packed varlen batch is one batch of `batch * max_seqlen`
-    /// rows at most; the kernels only ask for whole boxes inside a sequence by TMA (the Q
-    /// and O rows and the key tile past a sequence's end go by cp.async and plain
-    /// stores), so the row bound never clips a copy and none leaves the tensors.
+    /// `check_problem_for`, then converted by `kernel_params`): boxes of 64 columns (one
+    /// 128-byte swizzle row) by 64 query rows or `box_rows` keys. A packed varlen batch
+    /// is one batch of `batch * max_seqlen` rows at most; the kernels only ask for whole
+    /// boxes inside a sequence by TMA (the Q and O rows and the key tile past a
+    /// sequence's end go by cp.async and plain stores), so the row bound never clips a
+    /// copy and none leaves the tensors.
     pub fn encode(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> Result<Self, CUresult> {
-        let packed = |cu_seqlens: u64, seqlen: i32| {
-            let seqlen = i64::from(seqlen.max(1));
-            if cu_seqlens != 0 {
-                (i64::from(params.batch.max(1)) * seqlen, 1)
-            } else {
-                (seqlen, params.batch.max(1))
-            }
-        };
-        let (rows_q, batches_q) = packed(params.cu_seqlens_q, params.seqlen_q);
-        let (rows_k, batches_k) = packed(params.cu_seqlens_k, params.seqlen_k);
-        let q = Tensor {
-            ptr: params.q,
-            head_dim: spec.head_dim,
-            row_stride: params.q_row_stride,
-            head_stride: params.q_head_stride,
-            batch_stride: params.q_batch_stride,
-        };
-        let k = Tensor {
-            ptr: params.k,
-            head_dim: spec.head_dim,
-            row_stride: params.k_row_stride,
-            head_stride: params.k_head_stride,
-            batch_stride: params.k_batch_stride,
-        };
-        let v = Tensor {
-            ptr: params.v,
-            head_dim: spec.head_dim_v,
-            row_stride: params.v_row_stride,
-            head_stride: params.v_head_stride,
-            batch_stride: params.v_batch_stride,
-        };
-        let o = Tensor {
-            ptr: params.o,
-            head_dim: spec.head_dim_v,
-            row_stride: params.o_row_stride,
-            head_stride: params.o_head_stride,
-            batch_stride: params.o_batch_stride,
-        };
-        let dims_q = (
-            rows_q as u64,
-            params.heads_q.max(1) as u64,
-            batches_q as u64,
-        );
-        let dims_kv = (
-            rows_k as u64,
-            params.heads_kv.max(1) as u64,
-            batches_k as u64,
-        );
+        let [q, k, v, o] = map_layouts(spec, params, box_rows);
         Ok(TmaFwdParams {
             fwd: *params,
             split_workspace: 0,
             split_tail: 0,
             split_reserved: 0,
-            q_map: encode_map(spec.dtype, &q, dims_q, Q_BOX_ROWS)?,
-            k_map: encode_map(spec.dtype, &k, dims_kv, box_rows)?,
-            v_map: encode_map(spec.dtype, &v, dims_kv, box_rows)?,
-            o_map: encode_map(spec.dtype, &o, dims_q, Q_BOX_ROWS)?,
+            q_map: encode_map(&q)?,
+            k_map: encode_map(&k)?,
+            v_map: encode_map(&v)?,
+            o_map: encode_map(&o)?,
         })
     }
 
@@ -126,44 +112,150 @@ impl TmaFwdParams {
     }
 }
 
-fn encode_map(
-    dtype: Dtype,
-    t: &Tensor,
-    (rows, heads, batches): (u64, u64, u64),
-    box_rows: u32,
-) -> Result<[u64; 16], CUresult> {
-    let bytes = |stride: i64, dim: u64| {
-        // A dimension of one is never stepped: any legal stride will do for it.
-        if dim == 1 || stride <= 0 {
-            (t.row_stride.max(8) * 2) as u64
+impl Fp8TmaFwdParams {
+    /// The TMA block over `params` (what an e4m3 kernel reads: `kernel_params`), and the
+    /// descales.
+    pub fn encode(
+        spec: &KernelSpec,
+        params: &FwdParams,
+        box_rows: u32,
+        descale: Descales,
+    ) -> Result<Self, CUresult> {
+        Ok(Fp8TmaFwdParams {
+            tma: TmaFwdParams::encode(spec, params, box_rows)?,
+            descale,
+        })
+    }
+}
+
+/// What a map over a tensor of `dtype` moves, and how many of the tensor's elements
+/// make one of its columns. e4m3 data moves as 16-bit pairs, never converted: the
+/// kernels' every load path is the 16-bit one. Every map's columns are thus 2 bytes,
+/// and a 64-column box one 128-byte swizzle row.
+fn map_data(dtype: Dtype) -> (CUtensorMapDataType, u32) {
+    match dtype {
+        Dtype::Bf16 => (CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 1),
+        Dtype::Fp16 => (CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 1),
+        Dtype::E4m3 => (CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT16, 2),
+    }
+}
+
+/// One Q, K, V or O tensor as TMA sees it: [batch, rows, heads, columns], strides in
+/// its 16-bit columns.
+struct Tensor {
+    ptr: u64,
+    columns: u32,
+    row_stride: i64,
+    head_stride: i64,
+    batch_stride: i64,
+}
+
+impl Tensor {
+    /// The map over `rows` x `heads` x `batches` of this tensor, in boxes of 64 columns by
+    /// `box_rows` rows.
+    fn layout(
+        &self,
+        data_type: CUtensorMapDataType,
+        (rows, heads, batches): (u64, u64, u64),
+        box_rows: u32,
+    ) -> MapLayout {
+        let bytes = |stride: i64, dim: u64| {
+            // A dimension of one is never stepped: any legal stride will do for it.
+            if dim == 1 || stride <= 0 {
+                (self.row_stride.max(8) * 2) as u64
+            } else {
+                (stride * 2) as u64
+            }
+        };
+        MapLayout {
+            data_type,
+            ptr: self.ptr,
+            dims: [u64::from(self.columns), rows, heads, batches],
+            strides: [
+                bytes(self.row_stride, rows),
+                bytes(self.head_stride, heads),
+                bytes(self.batch_stride, batches),
+            ],
+            boxes: [64, box_rows, 1, 1],
+        }
+    }
+}
+
+/// The maps over Q, K, V and O, in that order, for `params` as the kernel reads them
+/// (for e4m3 inputs, the halved strides of `kernel_params`). O is in `dtype.output()`.
+fn map_layouts(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> [MapLayout; 4] {
+    let packed = |cu_seqlens: u64, seqlen: i32| {
+        let seqlen = i64::from(seqlen.max(1));
+        if cu_seqlens != 0 {
+            (i64::from(params.batch.max(1)) * seqlen, 1)
         } else {
-            (stride * 2) as u64
+            (seqlen, params.batch.max(1))
         }
     };
-    let dims = [u64::from(t.head_dim), rows, heads, batches];
-    let strides = [
-        bytes(t.row_stride, rows),
-        bytes(t.head_stride, heads),
-        bytes(t.batch_stride, batches),
-    ];
-    let boxes = [64u32, box_rows, 1, 1];
-    let element_strides = [1u32; 4];
-    let data_type = match dtype {
-        Dtype::Bf16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        Dtype::Fp16 => CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    let (rows_q, batches_q) = packed(params.cu_seqlens_q, params.seqlen_q);
+    let (rows_k, batches_k) = packed(params.cu_seqlens_k, params.seqlen_k);
+    let (input, per_column) = map_data(spec.dtype);
+    let (output, _) = map_data(spec.dtype.output());
+    let q = Tensor {
+        ptr: params.q,
+        columns: spec.head_dim / per_column,
+        row_stride: params.q_row_stride,
+        head_stride: params.q_head_stride,
+        batch_stride: params.q_batch_stride,
     };
+    let k = Tensor {
+        ptr: params.k,
+        columns: spec.head_dim / per_column,
+        row_stride: params.k_row_stride,
+        head_stride: params.k_head_stride,
+        batch_stride: params.k_batch_stride,
+    };
+    let v = Tensor {
+        ptr: params.v,
+        columns: spec.head_dim_v / per_column,
+        row_stride: params.v_row_stride,
+        head_stride: params.v_head_stride,
+        batch_stride: params.v_batch_stride,
+    };
+    let o = Tensor {
+        ptr: params.o,
+        columns: spec.head_dim_v,
+        row_stride: params.o_row_stride,
+        head_stride: params.o_head_stride,
+        batch_stride: params.o_batch_stride,
+    };
+    let dims_q = (
+        rows_q as u64,
+        params.heads_q.max(1) as u64,
+        batches_q as u64,
+    );
+    let dims_kv = (
+        rows_k as u64,
+        params.heads_kv.max(1) as u64,
+        batches_k as u64,
+    );
+    [
+        q.layout(input, dims_q, Q_BOX_ROWS),
+        k.layout(input, dims_kv, box_rows),
+        v.layout(input, dims_kv, box_rows),
+        o.layout(output, dims_q, Q_BOX_ROWS),
+    ]
+}
+
+fn encode_map(m: &MapLayout) -> Result<[u64; 16], CUresult> {
+    let element_strides = [1u32; 4];
     let mut map = std::mem::MaybeUninit::<CUtensorMap>::zeroed();
     // SAFETY: every array holds the rank's entries (strides rank - 1); the driver only
     // writes the map. No device memory is touched: the address is recorded, not read.
     let result = unsafe {
         sys::cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            data_type,
+            m.data_type,
             4,
-            t.ptr as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
+            m.ptr as *mut std::ffi::c_void,
+            m.dims.as_ptr(),
+            m.strides.as_ptr(),
+            m.boxes.as_ptr(),
             element_strides.as_ptr(),
             CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
             CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
@@ -177,3 +269,6 @@ fn encode_map(
     // SAFETY: the driver filled the map.
     Ok(unsafe { map.assume_init() }.opaque)
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,8 +3,11 @@
 mod common;
 
 use common::good;
-use fa4_runtime::{check_problem, check_problem_for, ProblemError};
-use fa4_spec::{FwdParams, KernelSpec};
+use fa4_runtime::{
+    check_descales, check_problem, check_problem_as, check_problem_for, kernel_params, Descales,
+    ProblemError,
+};
+use fa4_spec::{Arch, Dtype, FwdParams, KernelSpec, MaskKind};
 
 #[test]
 fn accepts_a_well_formed_problem() {
@@ -80,7 +83,7 @@ fn names_each_bad_argument() {
 
 #[test]
 fn feature_arguments_are_checked_against_the_spec() {
-    use fa4_spec::{Arch, Dtype, Features, MaskKind};
+    use fa4_spec::Features;
     let plain = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::None);
     // A plain kernel ignores the feature fields.
     let junk = FwdParams {
@@ -172,7 +175,6 @@ fn feature_arguments_are_checked_against_the_spec() {
 
 #[test]
 fn varlen_and_paged_arguments_are_checked() {
-    use fa4_spec::{Arch, Dtype, MaskKind};
     // Varlen index arrays are optional, but aligned when given.
     let varlen = FwdParams {
         cu_seqlens_q: 0x7000,
@@ -243,4 +245,165 @@ fn varlen_and_paged_arguments_are_checked() {
     // silent dense read.
     let msg = check_problem_for(&dense, &p).unwrap_err().to_string();
     assert!(msg.contains("paged feature"), "{msg}");
+}
+
+#[test]
+fn e4m3_strides_are_whole_16_byte_steps_and_o_is_bf16() {
+    let bf16 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
+    let fp8 = KernelSpec {
+        dtype: Dtype::E4m3,
+        ..bf16
+    };
+    assert_eq!(check_problem_for(&fp8, &good()), Ok(()));
+    // 8 elements are 16 bytes of bf16 but 8 of e4m3.
+    let p = FwdParams {
+        k_row_stride: 2 * 128 + 8,
+        k_batch_stride: 100 * (2 * 128 + 8),
+        ..good()
+    };
+    assert_eq!(check_problem_for(&bf16, &p), Ok(()));
+    let msg = check_problem_for(&fp8, &p).unwrap_err().to_string();
+    assert!(
+        msg.contains("k_row_stride = 264 elements is not a multiple of 16 (16 bytes)"),
+        "{msg}"
+    );
+    assert_eq!(
+        check_problem_as(Dtype::E4m3, &p),
+        check_problem_for(&fp8, &p)
+    );
+    // O is bf16: its strides step 8 elements at a time.
+    let p = FwdParams {
+        o_row_stride: 8 * 128 + 8,
+        o_batch_stride: 100 * (8 * 128 + 8),
+        ..good()
+    };
+    assert_eq!(check_problem_for(&fp8, &p), Ok(()));
+    // Base pointers as for bf16: 16-byte aligned.
+    let msg = check_problem_for(
+        &fp8,
+        &FwdParams {
+            v: 0x3008,
+            ..good()
+        },
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(msg.contains("v at 0x3008 is not 16-byte aligned"), "{msg}");
+}
+
+#[test]
+fn e4m3_kernels_read_q_k_and_v_strides_in_pairs() {
+    let caller = good();
+    for dtype in [Dtype::Bf16, Dtype::Fp16] {
+        assert_eq!(kernel_params(dtype, &caller), Ok(caller));
+    }
+    let kernel = kernel_params(Dtype::E4m3, &caller).unwrap();
+    let strides = |p: &FwdParams| {
+        [
+            p.q_batch_stride,
+            p.q_row_stride,
+            p.q_head_stride,
+            p.k_batch_stride,
+            p.k_row_stride,
+            p.k_head_stride,
+            p.v_batch_stride,
+            p.v_row_stride,
+            p.v_head_stride,
+        ]
+    };
+    assert_eq!(strides(&kernel), strides(&caller).map(|s| s / 2));
+    assert_eq!(
+        strides(&kernel),
+        [51200, 512, 64, 12800, 128, 64, 12800, 128, 64]
+    );
+    // O (bf16) and LSE keep theirs, and so does everything else.
+    assert_eq!(
+        FwdParams {
+            q_batch_stride: caller.q_batch_stride,
+            q_row_stride: caller.q_row_stride,
+            q_head_stride: caller.q_head_stride,
+            k_batch_stride: caller.k_batch_stride,
+            k_row_stride: caller.k_row_stride,
+            k_head_stride: caller.k_head_stride,
+            v_batch_stride: caller.v_batch_stride,
+            v_row_stride: caller.v_row_stride,
+            v_head_stride: caller.v_head_stride,
+            ..kernel
+        },
+        caller
+    );
+    // An odd stride has no pair count: refused, named, with the fix.
+    let odd = FwdParams {
+        v_head_stride: 129,
+        ..caller
+    };
+    let e = kernel_params(Dtype::E4m3, &odd).unwrap_err();
+    assert_eq!(
+        e,
+        ProblemError::OddStride {
+            what: "v_head_stride",
+            value: 129
+        }
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.starts_with("v_head_stride = 129 elements is odd")
+            && msg.contains("lay the tensor out with even strides"),
+        "{msg}"
+    );
+    // Only Q, K and V are counted in pairs.
+    let odd_o = FwdParams {
+        o_row_stride: 1025,
+        ..caller
+    };
+    assert_eq!(
+        kernel_params(Dtype::E4m3, &odd_o).map(|p| p.o_row_stride),
+        Ok(1025)
+    );
+    // A stride that is a multiple of 16 is even: every checked e4m3 problem converts.
+    let fp8 = KernelSpec::new(Arch::Sm90, Dtype::E4m3, 128, MaskKind::None);
+    assert!(check_problem_for(&fp8, &odd).is_err());
+}
+
+#[test]
+fn descales_are_aligned_floats_for_e4m3_kernels_only() {
+    let d = Descales {
+        q: 0x9000,
+        k: 0x9100,
+        v: 0,
+        batch_stride: 2,
+        head_stride: 1,
+    };
+    assert_eq!(check_descales(Dtype::E4m3, &d), Ok(()));
+    assert_eq!(check_descales(Dtype::E4m3, &Descales::default()), Ok(()));
+    let msg = check_descales(Dtype::E4m3, &Descales { k: 0x9102, ..d })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("k_descale at 0x9102 is not 4-byte aligned"),
+        "{msg}"
+    );
+    assert_eq!(
+        check_descales(
+            Dtype::E4m3,
+            &Descales {
+                head_stride: -1,
+                ..d
+            }
+        ),
+        Err(ProblemError::TooSmall {
+            what: "descale_head_stride",
+            value: -1,
+            min: 0
+        })
+    );
+    // A 16-bit kernel would ignore them: an error, not a silent unscaled result.
+    assert_eq!(check_descales(Dtype::Bf16, &Descales::default()), Ok(()));
+    let msg = check_descales(Dtype::Fp16, &Descales { q: 0, ..d })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.starts_with("k_descale is set, but this kernel was not built for it"),
+        "{msg}"
+    );
 }

@@ -12,21 +12,47 @@ use crate::{Arch, ParseError};
 pub enum Dtype {
     Bf16,
     Fp16,
+    /// FP8 (OCP e4m3, PyTorch's `float8_e4m3fn`) Q, K and V with f32 descales per
+    /// (sequence, KV head); O comes out in bf16 (`Dtype::output`). Hopper template only.
+    E4m3,
 }
 
 impl Dtype {
+    /// The 16-bit dtypes every template offers: what a listing or tune covers unless
+    /// asked for others.
     pub const ALL: [Dtype; 2] = [Dtype::Bf16, Dtype::Fp16];
+    /// Every dtype a spec may name.
+    pub const EVERY: [Dtype; 3] = [Dtype::Bf16, Dtype::Fp16, Dtype::E4m3];
 
     pub fn name(self) -> &'static str {
         match self {
             Dtype::Bf16 => "bf16",
             Dtype::Fp16 => "fp16",
+            Dtype::E4m3 => "e4m3",
         }
     }
 
-    /// Bytes per element.
+    /// Bytes per element of Q, K and V.
     pub fn size(self) -> u32 {
-        2
+        match self {
+            Dtype::Bf16 | Dtype::Fp16 => 2,
+            Dtype::E4m3 => 1,
+        }
+    }
+
+    /// The dtype of O: the inputs' own, but bf16 for FP8 inputs (as FlashAttention-3's
+    /// FP8 forward and cuDNN's FP8 SDPA return by default).
+    pub fn output(self) -> Dtype {
+        match self {
+            Dtype::E4m3 => Dtype::Bf16,
+            d => d,
+        }
+    }
+
+    /// FP8 inputs: Q/K/V scaled by descales that the kernel folds into its softmax scale
+    /// and its output.
+    pub fn is_fp8(self) -> bool {
+        self == Dtype::E4m3
     }
 }
 
@@ -43,10 +69,11 @@ impl FromStr for Dtype {
         match s.trim().to_ascii_lowercase().as_str() {
             "bf16" | "bfloat16" => Ok(Dtype::Bf16),
             "fp16" | "f16" | "float16" | "half" => Ok(Dtype::Fp16),
+            "e4m3" | "fp8" | "float8_e4m3fn" | "fp8_e4m3" => Ok(Dtype::E4m3),
             _ => Err(ParseError {
                 what: "dtype",
                 given: s.to_string(),
-                expected: "bf16, fp16".into(),
+                expected: "bf16, fp16, e4m3".into(),
             }),
         }
     }
@@ -325,8 +352,30 @@ mod tests {
     fn dtype_and_mask_parse() {
         assert_eq!("BF16".parse::<Dtype>().unwrap(), Dtype::Bf16);
         assert_eq!("half".parse::<Dtype>().unwrap(), Dtype::Fp16);
-        let e = "fp8".parse::<Dtype>().unwrap_err();
-        assert!(e.to_string().contains("unknown dtype `fp8`"));
+        for name in ["e4m3", "FP8", "float8_e4m3fn", "fp8_e4m3"] {
+            assert_eq!(name.parse::<Dtype>().unwrap(), Dtype::E4m3, "{name}");
+        }
+        let e = "fp4".parse::<Dtype>().unwrap_err();
+        assert!(e.to_string().contains("unknown dtype `fp4`"), "{e}");
+        assert!(e.to_string().contains("bf16, fp16, e4m3"), "{e}");
+        // e4m3: one byte in, bf16 out; not among the 16-bit defaults.
+        assert_eq!(
+            (
+                Dtype::E4m3.size(),
+                Dtype::E4m3.output(),
+                Dtype::E4m3.is_fp8()
+            ),
+            (1, Dtype::Bf16, true)
+        );
+        assert_eq!(
+            (
+                Dtype::Fp16.size(),
+                Dtype::Fp16.output(),
+                Dtype::Fp16.is_fp8()
+            ),
+            (2, Dtype::Fp16, false)
+        );
+        assert!(!Dtype::ALL.contains(&Dtype::E4m3) && Dtype::EVERY.contains(&Dtype::E4m3));
         assert_eq!("causal".parse::<MaskKind>().unwrap(), MaskKind::Causal);
         assert_eq!("0".parse::<MaskKind>().unwrap(), MaskKind::None);
         assert_eq!("sliding".parse::<MaskKind>().unwrap(), MaskKind::Local);

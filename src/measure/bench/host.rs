@@ -85,6 +85,7 @@ pub fn host_cost(gpu: &Gpu, cache_dir: &std::path::Path) -> Result<HostCost, Str
         head_dim_v: d as u32,
         causal: true,
         params,
+        descale: Default::default(),
         split: None,
     };
     let stream = gpu.stream().cu_stream();

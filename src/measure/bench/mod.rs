@@ -10,9 +10,8 @@ use cudarc::driver::CudaSlice;
 use fa4_spec::{Dtype, FwdParams, KernelSpec, MaskKind};
 use serde::Serialize;
 
-use crate::measure::gpu::{driver, FwdKernel, Gpu, GpuError};
+use crate::measure::gpu::{driver, FwdKernel, Gpu, GpuError, LaunchArgs};
 use crate::measure::problems::{attention_flops, Case};
-use fa4_runtime::SplitWorkspace;
 
 /// One cell of a benchmark grid.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -299,7 +298,7 @@ impl Buffer {
 /// stay where they are. Held while the kernel runs on `params`.
 pub struct MovedBuffer {
     _spacer: Option<CudaSlice<u8>>,
-    _copy: CudaSlice<u16>,
+    _copy: CudaSlice<u8>,
     pub params: FwdParams,
 }
 
@@ -316,7 +315,7 @@ pub fn move_buffer(
         Buffer::V => &problem.v,
         Buffer::O => &problem.o,
     };
-    let mut copy = gpu.alloc::<u16>(src.len())?;
+    let mut copy = gpu.alloc::<u8>(src.len())?;
     gpu.stream()
         .memcpy_dtod(src, &mut copy)
         .map_err(driver("cuMemcpyDtoD"))?;
@@ -363,24 +362,23 @@ impl L2Flush {
 pub fn time_kernel(
     gpu: &Gpu,
     kernel: &FwdKernel,
-    params: &FwdParams,
-    split: Option<SplitWorkspace>,
+    args: &LaunchArgs,
     flush: &mut L2Flush,
     budget_ms: f64,
     warmup_ms: f64,
 ) -> Result<Vec<f64>, GpuError> {
     // Warm-up and a first estimate.
-    let first = gpu.time_ms(2, 3, || kernel.launch(gpu, params, split))?;
+    let first = gpu.time_ms(2, 3, || kernel.launch(gpu, args))?;
     let estimate = first[1].max(1e-3);
     let settle = (warmup_ms / estimate).ceil() as usize;
     if settle > 0 {
-        gpu.time_ms(settle.min(10_000), 0, || kernel.launch(gpu, params, split))?;
+        gpu.time_ms(settle.min(10_000), 0, || kernel.launch(gpu, args))?;
     }
     let runs = ((budget_ms / estimate) as usize).clamp(10, 200);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         flush.flush(gpu)?;
-        let t = gpu.time_ms(0, 1, || kernel.launch(gpu, params, split))?;
+        let t = gpu.time_ms(0, 1, || kernel.launch(gpu, args))?;
         times.push(t[0]);
     }
     times.sort_by(|a, b| a.total_cmp(b));

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use fa4_spec::{Bucket, Features, FwdParams, KernelSpec, MaskKind, Template, TileConfig};
 
 use super::{move_buffer, placement_spacer, row, time_kernel, Buffer, Cell, L2Flush, Row};
-use crate::measure::gpu::{FwdKernel, Gpu, GpuError};
+use crate::measure::gpu::{FwdKernel, Gpu, GpuError, LaunchArgs};
 use crate::measure::kernels::ReadyKernel;
 use crate::measure::problems::{Case, Problem};
 use crate::measure::support::Support;
@@ -122,20 +122,22 @@ pub fn run(
             for placement in 0..plan.placements {
                 // What the set's parameters point at lives as long as its timings.
                 let (mut _moved, mut _own) = (None, None);
-                let (params, split) = match (&shared, plan.moved) {
+                let mut args = match (&shared, plan.moved) {
                     (Some(problem), Some(buffer)) if placement > 0 => {
                         let m = move_buffer(gpu, problem, buffer, placement as usize)?;
-                        (_moved.insert(m).params, problem.split)
+                        LaunchArgs {
+                            params: _moved.insert(m).params,
+                            ..problem.launch_args()
+                        }
                     }
-                    (Some(problem), _) => (problem.params, problem.split),
+                    (Some(problem), _) => problem.launch_args(),
                     (None, _) => {
                         let spacer = placement_spacer(gpu, placement as usize)?;
                         let problem = Problem::new(gpu, support, &spec, &case, 0x5eed)?;
-                        let problem = &_own.insert((spacer, problem)).1;
-                        (problem.params, problem.split)
+                        _own.insert((spacer, problem)).1.launch_args()
                     }
                 };
-                let split = split.filter(|_| plan.split_tail);
+                args.split = args.split.filter(|_| plan.split_tail);
                 let placement = (plan.placements > 1).then_some(placement);
                 for k in &cell_kernels {
                     let built = &k.built;
@@ -153,8 +155,7 @@ pub fn run(
                     let times = time_kernel(
                         gpu,
                         &kernel,
-                        &params,
-                        split,
+                        &args,
                         &mut flush,
                         plan.budget_ms,
                         plan.warmup_ms,
@@ -182,7 +183,7 @@ pub fn run(
                         cell,
                         features: feature_set,
                         is_tuned: is_tuned(k),
-                        placed: placement.map(|_| &params),
+                        placed: placement.map(|_| &args.params),
                     });
                     if best.as_ref().is_none_or(|b| row.ms < b.ms) {
                         best = Some(row.clone());

@@ -7,8 +7,8 @@ use cudarc::driver::{
     CudaFunction, CudaModule, DeviceRepr, DriverError, LaunchConfig, PushKernelArg,
 };
 use fa4_runtime::{
-    check_problem_for, check_split_workspace, launch_footprint, launch_grid, SplitWorkspace,
-    TmaFwdParams,
+    check_descales, check_problem_for, check_split_workspace, kernel_params, launch_footprint,
+    launch_grid, Descales, Fp8TmaFwdParams, SplitWorkspace, TmaFwdParams,
 };
 use fa4_spec::{Footprint, FwdParams, KernelSpec, KERNEL_ENTRY, VARLEN_KERNEL_ENTRY};
 
@@ -26,6 +26,30 @@ struct TmaParamsArg(TmaFwdParams);
 // SAFETY: #[repr(C)] plain old data laid out as the device-side TmaFwdParams (sizes and
 // the maps' offset asserted on both sides).
 unsafe impl DeviceRepr for TmaParamsArg {}
+
+#[allow(dead_code)] // read by the driver, as raw bytes
+struct Fp8TmaParamsArg(Fp8TmaFwdParams);
+// SAFETY: #[repr(C)] plain old data laid out as the device-side Fp8TmaFwdParams (size and
+// the descales' offset asserted on both sides).
+unsafe impl DeviceRepr for Fp8TmaParamsArg {}
+
+/// `Descales` as an argument of the reference kernel, by value.
+#[repr(transparent)]
+pub(crate) struct DescalesArg(pub(crate) Descales);
+// SAFETY: #[repr(C)] plain old data, laid out as verify.cu's Descales (both sides assert
+// its size).
+unsafe impl DeviceRepr for DescalesArg {}
+
+/// What a launch of a forward kernel reads besides the kernel: the arguments as a caller
+/// lays them out (element strides, e4m3 bytes too: `kernel_params` converts them per
+/// kernel), the descales of e4m3 inputs (all zero for 16-bit kernels) and a split
+/// workspace.
+#[derive(Debug, Clone, Copy)]
+pub struct LaunchArgs {
+    pub params: FwdParams,
+    pub descale: Descales,
+    pub split: Option<SplitWorkspace>,
+}
 
 /// A forward kernel loaded on a device.
 pub struct FwdKernel {
@@ -46,6 +70,13 @@ impl FwdKernel {
         spec: KernelSpec,
         footprint: Footprint,
     ) -> Result<Self, GpuError> {
+        if spec.dtype.is_fp8() && footprint.tma_rows == 0 {
+            return Err(GpuError::Kernel {
+                kernel: spec.tag(),
+                why: "an e4m3 kernel that does not load by TMA: e4m3 kernels take \
+                      Fp8TmaFwdParams, and no template builds one without TMA",
+            });
+        }
         let module = gpu.load_module(cubin)?;
         let func = gpu.function(&module, KERNEL_ENTRY, footprint.smem_bytes)?;
         let varlen = match varlen_cubin {
@@ -72,14 +103,11 @@ impl FwdKernel {
 
     /// Checks the problem, then launches on the GPU's stream (asynchronously); with a
     /// split workspace, an unmasked persistent kernel may share out its last tiles.
-    pub fn launch(
-        &self,
-        gpu: &Gpu,
-        params: &FwdParams,
-        split: Option<SplitWorkspace>,
-    ) -> Result<(), GpuError> {
-        check_problem_for(&self.spec, params)?;
-        let split = check_split_workspace(split, gpu.info.sm_count)?;
+    pub fn launch(&self, gpu: &Gpu, args: &LaunchArgs) -> Result<(), GpuError> {
+        check_problem_for(&self.spec, &args.params)?;
+        check_descales(self.spec.dtype, &args.descale)?;
+        let params = &kernel_params(self.spec.dtype, &args.params)?;
+        let split = check_split_workspace(args.split, gpu.info.sm_count)?;
         let footprint = self.launch_footprint(params);
         let Some(grid_dim) = launch_grid(self.spec.mask, &footprint, params, gpu.info.sm_count)?
         else {
@@ -94,10 +122,18 @@ impl FwdKernel {
             block_dim: (self.footprint.threads, 1, 1),
             shared_mem_bytes: self.footprint.smem_bytes,
         };
-        // TMA kernels take the tensor maps over Q, K and V after the parameters.
-        let (tma_arg, plain_arg);
+        // TMA kernels take the tensor maps over Q, K and V after the parameters, e4m3
+        // kernels (all TMA kernels: `load`) the descales after those.
+        let (fp8_arg, tma_arg, plain_arg);
         let mut launch = gpu.stream().launch_builder(func);
-        if self.footprint.tma_rows > 0 {
+        if self.spec.dtype.is_fp8() {
+            let mut arg =
+                Fp8TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows, args.descale)
+                    .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?;
+            arg.tma.set_split_tail(&self.footprint, grid_dim.0, split);
+            fp8_arg = Fp8TmaParamsArg(arg);
+            launch.arg(&fp8_arg);
+        } else if self.footprint.tma_rows > 0 {
             let mut arg = TmaFwdParams::encode(&self.spec, params, self.footprint.tma_rows)
                 .map_err(|e| driver("cuTensorMapEncodeTiled")(DriverError(e)))?;
             arg.set_split_tail(&self.footprint, grid_dim.0, split);
@@ -107,9 +143,10 @@ impl FwdKernel {
             plain_arg = ParamsArg(*params);
             launch.arg(&plain_arg);
         }
-        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams) by value;
-        // check_problem vetted its pointers and strides, and the buffers outlive the
-        // launch (the caller synchronises before freeing them).
+        // SAFETY: the kernel takes one FwdParams (TMA kernels: TmaFwdParams, e4m3 ones
+        // Fp8TmaFwdParams) by value; check_problem_for and check_descales vetted its
+        // pointers and strides, and the buffers outlive the launch (the caller
+        // synchronises before freeing them).
         unsafe { launch.launch(cfg) }
             .map(|_| ())
             .map_err(driver("cuLaunchKernel"))

@@ -19,8 +19,8 @@ use cudarc::driver::{
 };
 use fa4_spec::Arch;
 
-pub use launch::FwdKernel;
-pub(crate) use launch::ParamsArg;
+pub(crate) use launch::{DescalesArg, ParamsArg};
+pub use launch::{FwdKernel, LaunchArgs};
 
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
@@ -35,6 +35,8 @@ pub enum GpuError {
     Driver { call: &'static str, message: String },
     #[error(transparent)]
     Problem(#[from] fa4_runtime::ProblemError),
+    #[error("{kernel} cannot be launched: it is {why}")]
+    Kernel { kernel: String, why: &'static str },
 }
 
 pub(crate) fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {

@@ -35,6 +35,26 @@ fn judge_applies_the_bounds() {
     assert!(judge(&result(fp16))
         .unwrap()
         .contains("O relative L2 error 2.50e-3 > 1e-3"));
+    // e4m3: three mantissa bits in, P in e4m3 too; LSE from FP8 products, 3e-2.
+    let e4m3 = KernelSpec {
+        dtype: Dtype::E4m3,
+        ..bf16
+    };
+    let mut r = result(e4m3);
+    r.o_rel_l2 = 2.5e-2;
+    assert_eq!(judge(&r), None);
+    r.o_rel_l2 = 3.5e-2;
+    assert!(judge(&r)
+        .unwrap()
+        .contains("O relative L2 error 3.50e-2 > 3e-2"));
+    let mut r = result(e4m3);
+    r.lse_max_abs = 2e-3;
+    assert_eq!(judge(&r), None);
+    r.lse_max_abs = 5e-2;
+    assert!(judge(&r).unwrap().contains("LSE max error 5.00e-2 > 3e-2"));
+    let mut r = result(bf16);
+    r.lse_max_abs = 2e-3;
+    assert!(judge(&r).unwrap().contains("LSE max error 2.00e-3 > 1e-3"));
     let mut r = result(bf16);
     r.o_rel_l2 = f64::NAN;
     assert!(judge(&r).is_some(), "NaN never passes");
@@ -92,6 +112,16 @@ fn standard_cases_cover_the_issue_list() {
             "{hq}:{hkv}"
         );
     }
+    // e4m3 kernels see outlier channels and null descales, in the tuner's checks too.
+    for fp8 in [Fp8Inputs::Outliers, Fp8Inputs::NullDescales] {
+        assert!(
+            cases
+                .iter()
+                .any(|c| c.fp8 == fp8 && crate::tune::CHECK_CASES.contains(&c.name.as_str())),
+            "{fp8:?}"
+        );
+    }
+    assert!(cases.iter().any(|c| c.fp8 == Fp8Inputs::Normal && c.timed));
     // Page sizes from 1 to 256, one that is not a multiple of any key tile.
     let pages: Vec<i32> = cases.iter().map(|c| c.page_size).collect();
     for size in [1, 16, 48, 64, 256] {

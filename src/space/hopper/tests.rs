@@ -1,5 +1,7 @@
 use super::super::TemplateSpace;
 use super::*;
+use crate::space::Template;
+use fa4_spec::Features;
 
 #[test]
 fn smem_and_shapes_follow_the_traits() {
@@ -719,4 +721,89 @@ fn the_half_first_block_is_rendered_where_it_pays() {
     assert!(half_first(&causal128, &ws_config(2, 128, 1, 1, 0)));
     let unmasked = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
     assert!(!half_first(&unmasked, &three));
+}
+
+#[test]
+fn fp8_tiles_are_warp_specialized_by_tma_with_a_transposed_v_ring() {
+    let spec = KernelSpec::new(Arch::Sm90, Dtype::E4m3, 128, MaskKind::Causal);
+    // FA3's FP8 tile at d128: two consumers over 224 keys.
+    let c = default_config(&spec);
+    assert_eq!((c.block_m, c.block_n), (128, 224));
+    let fp = check(&spec, &c).unwrap();
+    assert_eq!(fp.tma_rows, 224);
+    // In 16-bit units: Q slots of 64 x 128 (O, bf16, is staged there), two stages of K
+    // (224 x 64 units), loaded V (the same) and Vt (128 rows of 224 keys: 112 units in two
+    // 64-unit blocks), then the ring's and Q's barriers and two loaded-V barriers.
+    let units = 2 * 64 * 128 + 2 * (224 * 64 + 224 * 64 + 128 * 128);
+    assert_eq!(fp.smem_bytes, units * 2 + 2 * 32 + 2 * 16 + 2 * 8);
+    // Keys in whole k32 steps, two stages at least, no pack-GQA.
+    for bad in [
+        ws_config(2, 80, 1, 1, 0),
+        ws_config(2, 128, 1, 1, 1),
+        config(2, 128, 2),
+    ] {
+        assert_eq!(
+            check(&spec, &bad).unwrap_err().kind,
+            RejectKind::Shape,
+            "{bad:?}"
+        );
+    }
+    // Every candidate is FP8's own list: whole k32 steps and no switches FP8 lacks.
+    let candidates = candidates(&spec);
+    assert!(candidates.len() >= 12);
+    for c in &candidates {
+        assert_eq!(c.block_n % 32, 0);
+        assert_eq!(c.switch(PACK_GQA, 0), 0);
+        assert_eq!(c.switch(HIDDEN_FIRST, 0), 0);
+    }
+    // Masked specs add turns at the MUFU; unmasked ones do not.
+    let unmasked = KernelSpec::new(Arch::Sm90, Dtype::E4m3, 128, MaskKind::None);
+    assert!(candidates.iter().any(|c| c.switch(MUFU_TURNS, 0) == 1));
+    assert!(super::candidates(&unmasked)
+        .iter()
+        .all(|c| c.switch(MUFU_TURNS, 0) == 0));
+    // The entry point renders FP8's k32 wgmma and takes the FP8 argument block.
+    let values = render_values(&spec, &c, &fp);
+    let get = |k: &str| values.iter().find(|(n, _)| *n == k).unwrap().1.clone();
+    assert_eq!(get("fp8"), serde_json::json!(true));
+    assert_eq!(get("dtype"), serde_json::json!("e4m3"));
+    assert!(get("wgmma")
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|w| w["ab"] == "e4m3" && w["fp8"] == true));
+    assert_eq!(get("half_first"), serde_json::json!(false));
+}
+
+#[test]
+fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone() {
+    for (d, mask, features, offered) in [
+        (64, MaskKind::Causal, Features::default(), true),
+        (256, MaskKind::None, Features::default(), true),
+        (96, MaskKind::Causal, Features::default(), false),
+        (128, MaskKind::Local, Features::default(), false),
+        (
+            128,
+            MaskKind::Causal,
+            Features {
+                sinks: true,
+                ..Features::default()
+            },
+            false,
+        ),
+    ] {
+        let spec = KernelSpec {
+            features,
+            ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, mask)
+        };
+        assert_eq!(Template::Hopper.supports(&spec), offered, "{spec:?}");
+        assert!(!Template::Portable.supports(&spec));
+        if !offered {
+            let c = ws_config(2, 128, 1, 1, 0);
+            assert_eq!(check(&spec, &c).unwrap_err().kind, RejectKind::Shape);
+        }
+    }
+    // The 16-bit specs stay as they were.
+    let bf16 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 96, MaskKind::Local);
+    assert!(Template::Hopper.supports(&bf16) && Template::Portable.supports(&bf16));
 }

@@ -18,6 +18,7 @@ fn arguments_resolve_to_the_spec_they_need() {
             softcap: 0.0,
             ..FwdParams::default()
         },
+        descale: Descales::default(),
         split: None,
     };
     let (q, p) = args.resolve(Arch::Sm90);
@@ -130,6 +131,7 @@ fn without_a_driver_a_call_is_an_error_not_a_crash() {
         head_dim_v: 128,
         causal: true,
         params: FwdParams::default(),
+        descale: Descales::default(),
         split: None,
     };
     // SAFETY: no driver: the call fails before anything is launched.

@@ -1,7 +1,7 @@
 use std::collections::BTreeMap;
 
 use fa4_spec::manifest::{SpecEntry, MANIFEST_FILE};
-use fa4_spec::{Arch, Features, KernelSpec, MaskKind};
+use fa4_spec::{Arch, Dtype, Features, KernelSpec, MaskKind};
 
 use super::*;
 use crate::test_manifest::{entry, manifest, open, query, spec, tile};
@@ -301,6 +301,88 @@ fn unsupported_problems_are_named() {
         e.to_string()
             .contains("bf16 local mask with features none is not in this cache"),
         "{e}"
+    );
+}
+
+#[test]
+fn e4m3_problems_without_e4m3_kernels_are_named() {
+    let e4m3 = |q: Query| Query {
+        dtype: Dtype::E4m3,
+        ..q
+    };
+    let mut m = manifest();
+    let (_dir, cache) = open(&m);
+    let e = cache.unwrap().select(&e4m3(query(128, 512))).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "no e4m3 kernels for sm90 in this cache (it has bf16)"
+    );
+    // A cache with an e4m3 kernel serves it; a paged e4m3 problem is named as one no
+    // e4m3 kernel computes.
+    let fp8 = KernelSpec {
+        dtype: Dtype::E4m3,
+        ..spec(128, MaskKind::Causal)
+    };
+    m.kernels
+        .insert("e_d128_e4m3".into(), entry(fp8, tile(128, 128)));
+    m.archs.get_mut(&Arch::Sm90).unwrap().specs.insert(
+        fp8.tag(),
+        SpecEntry {
+            default: "e_d128_e4m3".into(),
+            ..Default::default()
+        },
+    );
+    let (_dir, cache) = open(&m);
+    let cache = cache.unwrap();
+    assert_eq!(
+        cache.select(&e4m3(query(128, 512))).unwrap().id,
+        "e_d128_e4m3"
+    );
+    let e = cache
+        .select(&Query {
+            features: "paged".parse().unwrap(),
+            ..e4m3(query(128, 512))
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "e4m3 causal mask with features paged is not in this cache for sm90 d128; \
+             e4m3 kernels are causal or unmasked, without sinks, softcap or paged K/V"
+        ),
+        "{e}"
+    );
+    // Elsewhere than sm90: none are built.
+    let sm100 = KernelSpec {
+        arch: Arch::Sm100,
+        ..spec(128, MaskKind::Causal)
+    };
+    m.kernels
+        .insert("f_sm100".into(), entry(sm100, tile(128, 128)));
+    m.archs.insert(
+        Arch::Sm100,
+        fa4_spec::manifest::ArchEntry {
+            tuned_on: None,
+            specs: BTreeMap::from([(
+                sm100.tag(),
+                SpecEntry {
+                    default: "f_sm100".into(),
+                    ..Default::default()
+                },
+            )]),
+        },
+    );
+    let (_dir, cache) = open(&m);
+    let e = cache
+        .unwrap()
+        .select(&Query {
+            arch: Arch::Sm100,
+            ..e4m3(query(128, 512))
+        })
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "no e4m3 kernels for sm100 in this cache (it has bf16): e4m3 kernels are built for \
+         sm90 (Hopper) only"
     );
 }
 

@@ -10,6 +10,7 @@
 #include "fa4/common/params.cuh"
 #include "fa4/common/ptx.cuh"
 #include "fa4/common/softmax.cuh"
+#include "fa4/hopper/fp8.cuh"
 
 namespace fa4 {
 namespace hopper {
@@ -112,10 +113,15 @@ struct IsNoTurn<NoTurn> {
     static constexpr bool value = true;
 };
 
-template <int kNTiles, bool kLazy, int kExp2EmuEvery = 0>
+template <int kNTiles, bool kLazy, int kExp2EmuEvery = 0, int kPShiftLog2 = 0>
 struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     using OnlineSoftmax<1, kNTiles>::row_max;
     using OnlineSoftmax<1, kNTiles>::row_sum;
+
+    // FP8's shifted p (kPShiftLog2) leaves lazy rescaling the rest of 2^8: p stays within
+    // e4m3's range, and nearer its top than without the shift, where the subnormals of
+    // small p cost O 2.6e-2 of relative error against 1e-2 (H100, the first FP8 verify).
+    static constexpr float kLazyLimitLog2 = kLazyRescaleLog2 - float(kPShiftLog2);
 
     static __device__ __forceinline__ bool emulated(int nt) {
         return kExp2EmuEvery > 0 && nt % kExp2EmuEvery == kExp2EmuEvery - 1;
@@ -132,7 +138,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
         mx = quad_max(mx);
         // From -inf the difference is +inf (or NaN while every key so far was masked):
         // the row takes the new max.
-        if (kLazy && mx * scale_log2 - row_max[h] * scale_log2 <= kLazyRescaleLog2) mx = row_max[h];
+        if (kLazy && mx * scale_log2 - row_max[h] * scale_log2 <= kLazyLimitLog2) mx = row_max[h];
         // A row that has seen only masked keys keeps max = -inf; offset by 0 then, so
         // every p is exp2(-inf) = 0 instead of NaN from (-inf) - (-inf).
         const float offset = mx == neg_inf() ? 0.f : mx * scale_log2;
@@ -154,6 +160,9 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     __device__ __forceinline__ float row_exps(int h, float (&s)[1][kNTiles][4], float scale_log2, float offset,
                                               const float (&o_scale)[2]) {
         float sum = 0.f;
+        // FP8: p scaled by 2^kPShiftLog2 (traits.cuh); the sum with it, so O's factor is
+        // unchanged and only the LSE takes it out (finalize).
+        if constexpr (kPShiftLog2 != 0) offset -= float(kPShiftLog2);
 #pragma unroll
         for (int nt = 0; nt < kLiveTiles; ++nt) {
 #pragma unroll
@@ -246,10 +255,16 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
             const float sink_log2 = kSinks ? sink_log2_rows[h] : neg_inf();
             const float top = kSinks ? fmaxf(row_top, sink_log2) : row_top;  // every exp2 below stays <= 1
             const float keys = seen ? (kSinks ? exp2_approx(row_top - top) : 1.f) : 0.f;
-            const float total = kSinks ? keys * sum + exp2_approx(sink_log2 - top) : sum;
+            // (FP8's shifted sum: the sink's term takes the shift too)
+            const float sink_top = kPShiftLog2 != 0 ? top - float(kPShiftLog2) : top;
+            const float total = kSinks ? keys * sum + exp2_approx(sink_log2 - sink_top) : sum;
             const bool any = top != neg_inf();
             o_scale[h] = any ? keys * rcp_approx(total) : 0.f;
-            lse[h] = any ? (top + lg2_approx(total)) * kLn2 : neg_inf();
+            if constexpr (kPShiftLog2 != 0) {
+                lse[h] = any ? (top + lg2_approx(total) - float(kPShiftLog2)) * kLn2 : neg_inf();
+            } else {
+                lse[h] = any ? (top + lg2_approx(total)) * kLn2 : neg_inf();
+            }
         }
     }
 };
@@ -312,6 +327,26 @@ __device__ __forceinline__ void pack_p(const float (&s)[1][kNTiles][4], u32 (&p)
         p[ks][1] = pack2<kBf16>(s[0][2 * ks][2], s[0][2 * ks][3]);
         p[ks][2] = pack2<kBf16>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
         p[ks][3] = pack2<kBf16>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+    }
+}
+
+// FP8: P to e4m3 as the PV GEMM's A takes it per k32 step (wgmma.cuh): a thread's row-g
+// bytes are its fragments 4ks and 4ks + 1 (then 4ks + 2 and 4ks + 3), columns 2t and
+// 2t + 1 of each: keys 2t, 2t + 1, 8 + 2t, 9 + 2t of the step, which is the order the
+// producer gave Vt's columns (transpose.cuh).
+template <int kPvSteps, int kNTiles>
+__device__ __forceinline__ void pack_p_e4m3(const float (&s)[1][kNTiles][4], u32 (&p)[kPvSteps][4]) {
+    static_assert(kNTiles == 4 * kPvSteps, "four 8-column fragments per k32 step");
+#pragma unroll
+    for (int ks = 0; ks < kPvSteps; ++ks) {
+        const float(&a)[4] = s[0][4 * ks];
+        const float(&b)[4] = s[0][4 * ks + 1];
+        const float(&c)[4] = s[0][4 * ks + 2];
+        const float(&d)[4] = s[0][4 * ks + 3];
+        p[ks][0] = pack4_e4m3(a[0], a[1], b[0], b[1]);
+        p[ks][1] = pack4_e4m3(a[2], a[3], b[2], b[3]);
+        p[ks][2] = pack4_e4m3(c[0], c[1], d[0], d[1]);
+        p[ks][3] = pack4_e4m3(c[2], c[3], d[2], d[3]);
     }
 }
 

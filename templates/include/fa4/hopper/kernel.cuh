@@ -38,8 +38,8 @@ __device__ __forceinline__ void forward(const FwdParams& params) {
     constexpr int kNTiles = T::kNTiles;
     constexpr int kOTiles = T::kOTiles;
     constexpr int kStages = T::kStages;
-    using Mma = Wgmma<T::kBlockN, kBf16>;
-    using MmaO = Wgmma<T::kHeadDimVPad, kBf16>;
+    using Mma = Wgmma<T::kBlockN, typename T::Element>;
+    using MmaO = Wgmma<T::kHeadDimVPad, typename T::Element>;
 
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     u16* const q_smem = reinterpret_cast<u16*>(smem_raw);

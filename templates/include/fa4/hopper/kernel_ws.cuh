@@ -79,7 +79,8 @@ template <class T, class Parts, class Scheduler>
 __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps maps, const SplitArgs& split,
                                         const SharedStorage<T>& smem, const SplitItems& split_items,
                                         const QoRows<T>& qo, const Scheduler& sched, const WorkTile& first_work,
-                                        const int& kGroup, const int& warpgroup, const int& tid) {
+                                        const int& kGroup, const int& warpgroup, const int& tid,
+                                        const Descales* descale) {
     constexpr int kNTiles = T::kNTiles;
     constexpr int kOTiles = T::kOTiles;
     constexpr int kStages = T::kStages;
@@ -144,6 +145,15 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
         // The keys this consumer's rows see end here (its last row sees the most).
         const int wg_col_end = mask.col_end((imin(wg_row_begin + 64, rows) - 1) / kGroup);
 
+        // FP8: the tile's sequence and KV head dequantise Q and K by factors that fold into
+        // the softmax scale (and V's into O, below).
+        float fp8_scale_log2 = 0.f;
+        if constexpr (T::kIsFp8) {
+            fp8_scale_log2 = score_scale_log2 * descale->at(descale->q, w.batch, w.kv_head) *
+                             descale->at(descale->k, w.batch, w.kv_head);
+        }
+        const float& tile_scale_log2 = T::kIsFp8 ? fp8_scale_log2 : score_scale_log2;
+
         // ---- load: this consumer's Q rows, by the producer --------------------------------
         const int qb = q_round % kQBuffers;
         const u32 q_tile = smem.q_slot(consumer, qb);
@@ -153,7 +163,7 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
         float o_acc[kOTiles * 4];
 #pragma unroll
         for (int i = 0; i < kOTiles * 4; ++i) o_acc[i] = 0.f;
-        RescalingSoftmax<kNTiles, T::kLazyRescale, T::kExp2EmuEvery> softmax;
+        RescalingSoftmax<kNTiles, T::kLazyRescale, T::kExp2EmuEvery, T::kPShiftLog2> softmax;
         softmax.init();
         float s[1][kNTiles][4];
         float(&s_flat)[kNTiles * 4] = reinterpret_cast<float(&)[kNTiles * 4]>(s[0]);
@@ -173,7 +183,7 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
         using Mainloop = typename Parts::template Mainloop<decltype(block_turn)>;
         const typename Mainloop::First first{T::kHiddenFirst ? hidden_first : half_first};
         const Mainloop mainloop{
-            params, smem, turns, block_turn, release, score_scale_log2, consumer, it, w, n_end, n_tiles, mask, rows_at,
+            params, smem, turns, block_turn, release, tile_scale_log2, consumer, it, w, n_end, n_tiles, mask, rows_at,
             q_tile, qb, first, o_acc, softmax, s, s_flat, p, s_half, next_at, sched, round};
         // The key blocks, down the offset's path: kCapOffset fixes it by the cap where the
         // cap allows (fragments.cuh), chosen once, so each path is its own copy of the loop.
@@ -196,7 +206,12 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
         float o_norm[2];     // the factor that normalises O
         float lse[2];
         float sink_log2[2];  // the sink logit of the row's head
-        epilogue.store(o_acc, softmax, offset_in_log2, score_scale_log2, w, rows_at, wg_row_begin, round, maps,
+        if constexpr (T::kIsFp8) {
+            const float v_factor = descale->at(descale->v, w.batch, w.kv_head);
+#pragma unroll
+            for (int i = 0; i < kOTiles * 4; ++i) o_acc[i] *= v_factor;
+        }
+        epilogue.store(o_acc, softmax, offset_in_log2, tile_scale_log2, w, rows_at, wg_row_begin, round, maps,
                        o_norm, lse, sink_log2);
 
         it += n_tiles;
@@ -216,9 +231,10 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
 // `split`: the TMA kernels' split tail arguments (TmaFwdParams), a reference into the
 // parameters like `params`, read where used: taken by value or by pointer, they held
 // registers through the key loop, which spilled at d256 and d128 over 176 keys.
+// `descale`: FP8 kernels' descales (Fp8TmaFwdParams), else null.
 template <class Config, class Parts = WsParts<Traits<Config>>>
 __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params, const TmaMaps maps,
-                                                         const SplitArgs& split) {
+                                                         const SplitArgs& split, const Descales* descale = nullptr) {
     using T = Traits<Config>;
     constexpr int kCluster = T::kClusterM;  // blocks per cluster, sharing their K/V loads
 
@@ -267,7 +283,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     }
 
     // ---- consumers -----------------------------------------------------------------------
-    consume<T, Parts>(params, maps, split, smem, split_items, qo, sched, first_work, kGroup, warpgroup, tid);
+    consume<T, Parts>(params, maps, split, smem, split_items, qo, sched, first_work, kGroup, warpgroup, tid, descale);
 }
 
 }  // namespace hopper

@@ -100,10 +100,10 @@ struct Mainloop {
     static constexpr int kNTiles = T::kNTiles;
     static constexpr int kOTiles = T::kOTiles;
     static constexpr int kStages = T::kStages;
-    using MmaO = Wgmma<T::kHeadDimVPad, kBf16>;
-    using LayoutQ = WgmmaLayout<64, T::kHeadDim>;  // one consumer's rows
+    using MmaO = Wgmma<T::kHeadDimVPad, typename T::Element>;
+    using LayoutQ = WgmmaLayout<64, T::kQkCols>;  // one consumer's rows
     using Whole = LiveTiles<kNTiles>;
-    using Softmax = RescalingSoftmax<kNTiles, T::kLazyRescale, T::kExp2EmuEvery>;
+    using Softmax = RescalingSoftmax<kNTiles, T::kLazyRescale, T::kExp2EmuEvery, T::kPShiftLog2>;
     using Coords = typename Scheduler::Coords;
     using First = FirstBlockOf<T>;
     // A persistent grid places its next work tile (the schedule's integer divisions) under
@@ -153,7 +153,7 @@ struct Mainloop {
         const int slot = (it + tile) % kStages;
         mbarrier_wait(smem.full_k(slot), ((it + tile) / kStages) & 1);
         if constexpr (kLive > 0) {
-            using Mma = Wgmma<kLive * 8, kBf16>;
+            using Mma = Wgmma<kLive * 8, typename T::Element>;
             // cp.async's writes (generic proxy) before wgmma's reads; TMA's need no fence.
             if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
             const u32 k_tile = smem.k_tile(slot);
@@ -173,18 +173,37 @@ struct Mainloop {
     }
 
     // ---- PV GEMM: O += P V over the live fragments' keys, issued only --------------------
-    // (wgmma RS: P from registers, V MN-major; a k16 step covers two fragments)
+    // (wgmma RS: P from registers, V MN-major; a k16 step covers two fragments. FP8:
+    // issue_pv_vt.)
     template <class Live>
     __device__ void issue_pv(int tile, Live) const {
-        constexpr int kSteps = live_pv_steps<Live::value>();
+        if constexpr (T::kIsFp8) {
+            static_assert(Live::value == kNTiles, "FP8 key blocks are whole");
+            issue_pv_vt(tile);
+        } else {
+            constexpr int kSteps = live_pv_steps<Live::value>();
+            const int slot = (it + tile) % kStages;
+            mbarrier_wait(smem.full_v(slot), ((it + tile) / kStages) & 1);
+            if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
+            const u32 v_tile = smem.v_tile(slot);
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < kSteps; ++ks) {
+                MmaO::rs(o_acc, p[ks], mn_major_desc<typename T::LayoutV>(v_tile, ks), 1);
+            }
+            wgmma_commit();
+        }
+    }
+    // FP8: from Vt, the producer's K-major transpose (which it fenced for the async proxy);
+    // a k32 step covers four fragments.
+    __device__ void issue_pv_vt(int tile) const {
         const int slot = (it + tile) % kStages;
         mbarrier_wait(smem.full_v(slot), ((it + tile) / kStages) & 1);
-        if (!T::kTma || (tile == 0 && w.first_by_copy)) fence_proxy_async();
-        const u32 v_tile = smem.v_tile(slot);
+        const u32 vt_tile = smem.vt_tile(slot);
         wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < kSteps; ++ks) {
-            MmaO::rs(o_acc, p[ks], mn_major_desc<typename T::LayoutV>(v_tile, ks), 1);
+        for (int ks = 0; ks < T::kPvSteps; ++ks) {
+            MmaO::rs(o_acc, p[ks], k_major_desc<typename T::LayoutVt>(vt_tile, ks), 1);
         }
         wgmma_commit();
     }
@@ -209,7 +228,11 @@ struct Mainloop {
     }
     template <class Live>
     __device__ void pack(Live) const {
-        pack_p<kBf16, Live::value>(s, p);
+        if constexpr (T::kIsFp8) {
+            pack_p_e4m3(s, p);
+        } else {
+            pack_p<kBf16, Live::value>(s, p);
+        }
     }
     __device__ void rescale_o(const float (&o_scale)[2]) const {
 #pragma unroll

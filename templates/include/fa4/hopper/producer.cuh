@@ -12,6 +12,12 @@
 // transfer or the tracked copies) and an "empty" one (every consumer warp, of every block
 // of the cluster, is done reading it). `it` counts key tiles over the block's work tiles
 // (ring slot and phase), `q_round` the work tiles (Q's phase).
+//
+// FP8: a V tile lands in the V ring (its "loaded" barrier), and the whole warpgroup
+// transposes it into the Vt ring (transpose.cuh), whose slot's "full V" it then arrives
+// on; "empty V" frees the Vt slot. Tile j - 1 is transposed while tile j's loads are in
+// flight, and a work tile's last one before the next work tile's Q (whose slot the
+// consumers may free only after their last PV GEMM).
 #pragma once
 
 #include "fa4/common/params.cuh"
@@ -22,6 +28,7 @@
 #include "fa4/hopper/tile_scheduler.cuh"
 #include "fa4/hopper/tma.cuh"
 #include "fa4/hopper/traits.cuh"
+#include "fa4/hopper/transpose.cuh"
 
 namespace fa4 {
 namespace hopper {
@@ -43,7 +50,7 @@ struct Producer {
     static constexpr int kConsumers = T::kWarpgroups;
     static constexpr int kCluster = T::kClusterM;
     static constexpr int kQBuffers = T::kQBuffers;
-    using LayoutQ = WgmmaLayout<64, T::kHeadDim>;  // one consumer's rows
+    using LayoutQ = WgmmaLayout<64, T::kQkCols>;  // one consumer's rows
 
     // What the loads' helpers read: references to the kernel's own variables, as lambdas
     // capture them. (Copies held here, or lambdas that capture the producer itself instead
@@ -107,7 +114,7 @@ struct Producer {
             if (qo.by_tma(valid)) {
                 if (tid == 0) {
                     mbarrier_arrive_expect_tx(smem.full_q(c, qb), T::kHeadDimPad * 64 * 2);
-                    tma_load_tile<T::kHeadDim, 64>(smem.q_slot(c, qb), maps.q, smem.full_q(c, qb),
+                    tma_load_tile<T::kQkCols, 64>(smem.q_slot(c, qb), maps.q, smem.full_q(c, qb),
                                                    qo.map_row(w) + row_begin, w.head, qo.map_batch(w));
                 }
             } else {
@@ -141,8 +148,12 @@ struct Producer {
             mbarrier_wait(smem.empty_v(slot), free_parity);
             producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutV, 128>(
                 smem.v_tile(slot), v_gmem, params.v_row_stride, params.v_batch_stride, pages, key_begin, valid, tid);
-            copies_issued(smem.full_v(slot));
+            copies_issued(T::kIsFp8 ? smem.loaded_v(slot) : smem.full_v(slot));
         };
+        if constexpr (T::kIsFp8) {
+            load_kv_fp8(w, it, packed_k, maps, copy_tile);
+            return;
+        }
         if constexpr (T::kTma) {
             const int first = w.first_by_copy ? 1 : 0;
             if (w.first_by_copy) copy_tile(0);
@@ -157,17 +168,58 @@ struct Producer {
                     // with it, and each block's share lands in all of them.
                     mbarrier_wait(smem.empty_k(slot), free_parity);
                     mbarrier_arrive_expect_tx(smem.full_k(slot), T::kSmemK * 2);
-                    tma_load_ring_tile<T::kHeadDim, T::kBlockN, kCluster>(smem.k_tile(slot), maps.k, smem.full_k(slot),
+                    tma_load_ring_tile<T::kQkCols, T::kBlockN, kCluster>(smem.k_tile(slot), maps.k, smem.full_k(slot),
                                                                           row, w.kv_head, batch_coord, cluster_rank_m);
                     mbarrier_wait(smem.empty_v(slot), free_parity);
                     mbarrier_arrive_expect_tx(smem.full_v(slot), T::kSmemV * 2);
-                    tma_load_ring_tile<T::kHeadDimV, T::kBlockN, kCluster>(smem.v_tile(slot), maps.v, smem.full_v(slot),
+                    tma_load_ring_tile<T::kVCols, T::kBlockN, kCluster>(smem.v_tile(slot), maps.v, smem.full_v(slot),
                                                                            row, w.kv_head, batch_coord, cluster_rank_m);
                 }
             }
         } else {
             for (int tile = 0; tile < w.n_tiles; ++tile) copy_tile(tile);
         }
+    }
+
+    // ---- FP8: K and V by TMA (the first tile by copies where it runs past the keys), V
+    // transposed by the whole warpgroup ------------------------------------------------------
+    template <class CopyTile>
+    __device__ __forceinline__ void load_kv_fp8(const WorkTile& w, const int& it, bool packed_k, const TmaMaps maps,
+                                               const CopyTile& copy_tile) const {
+        const int first = w.first_by_copy ? 1 : 0;
+        if (w.first_by_copy) copy_tile(0);
+        const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
+        const int batch_coord = packed_k ? 0 : w.batch;
+        for (int tile = first; tile < w.n_tiles; ++tile) {
+            if (tid == 0) {
+                const int slot = (it + tile) % kStages;
+                const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
+                const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
+                mbarrier_wait(smem.empty_k(slot), free_parity);
+                mbarrier_arrive_expect_tx(smem.full_k(slot), T::kSmemK * 2);
+                tma_load_tile<T::kQkCols, T::kBlockN>(smem.k_tile(slot), maps.k, smem.full_k(slot), row, w.kv_head,
+                                                      batch_coord);
+                // The V slot's last tile was transposed (the warpgroup met after it).
+                mbarrier_arrive_expect_tx(smem.loaded_v(slot), T::kSmemV * 2);
+                tma_load_tile<T::kVCols, T::kBlockN>(smem.v_tile(slot), maps.v, smem.loaded_v(slot), row, w.kv_head,
+                                                     batch_coord);
+            }
+            if (tile > 0) transpose(it + tile - 1);
+        }
+        if (w.n_tiles > 0) transpose(it + w.n_tiles - 1);
+    }
+
+    // Key tile `k` of the block (ring slot and phase): its V from the V ring into the Vt
+    // ring once both are ready, then the one arrival on its "full V".
+    __device__ void transpose(int k) const {
+        const int slot = k % kStages;
+        const u32 parity = (k / kStages) & 1;
+        mbarrier_wait(smem.loaded_v(slot), parity);
+        mbarrier_wait(smem.empty_v(slot), parity ^ 1);
+        transpose_v<T, 128>(smem.v_tile(slot), smem.vt_tile(slot), tid);
+        fence_proxy_async();  // the warpgroup's stores (generic proxy) before wgmma's reads
+        named_barrier_sync(kProducerBarrier, 128);
+        if (tid == 0) mbarrier_arrive(smem.full_v(slot));
     }
 };
 

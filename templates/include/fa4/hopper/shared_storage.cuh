@@ -8,10 +8,14 @@
 //   O slots     kOSlots of kSmemOSlot (kSeparateO): a slot per consumer, or one shared
 //   K ring      kStages tiles of kSmemK
 //   V ring      kStages tiles of kSmemV
+//   Vt ring     (FP8) kStages tiles of kSmemVt: V transposed by the producer, which the
+//               PV GEMM reads (the V ring then holds what TMA loaded, until transposed)
 //   barriers    8 bytes each: full K, full V, empty K, empty V (kStages of each), then full
 //               Q and empty Q (per consumer and Q buffer), then a shared O slot's free
 //   turn word   (kMufuTurns) MufuTurn's zero, 8 bytes
 //   split share (kSplitTail) the block's share of the split tail (SplitItems)
+//   loaded V    (FP8) per stage, the barrier of the V tile's load; "full V" then means its
+//               transpose is in the Vt slot, "empty V" that the Vt slot is free
 //
 // Every tile starts on a 1024-byte swizzle atom (traits.cuh asserts the sizes).
 #pragma once
@@ -39,8 +43,11 @@ struct SharedStorage {
     static constexpr int kOFreeOffset = kBarrierOffset + 8 * (4 * kStages + 2 * kConsumers * kQBuffers);
     static constexpr int kTurnOffset = kOFreeOffset + (T::kSharedO ? 8 : 0);
     static constexpr int kSplitOffset = kTurnOffset + (T::kMufuTurns ? 8 : 0);
-    static_assert(kVOffset + kStages * T::kSmemV * 2 == kBarrierOffset, "the tiles end where the barriers start");
-    static_assert(kSplitOffset + T::kSplitTailBytes == T::kSmemBytes, "the layout's size is traits.cuh's kSmemBytes");
+    static constexpr int kVtOffset = kVOffset + kStages * T::kSmemV * 2;
+    static constexpr int kLoadedVOffset = kSplitOffset + T::kSplitTailBytes;
+    static_assert(kVtOffset + kStages * T::kSmemVt * 2 == kBarrierOffset, "the tiles end where the barriers start");
+    static_assert(kLoadedVOffset + (T::kIsFp8 ? 8 * kStages : 0) == T::kSmemBytes,
+                  "the layout's size is traits.cuh's kSmemBytes");
 
     // Shared-memory addresses of the regions.
     u32 q, o, k, v;
@@ -56,6 +63,10 @@ struct SharedStorage {
           bars(base + kBarrierOffset),
           o_free(bars + 8 * (4 * kStages + 2 * kConsumers * kQBuffers)),
           turn_word(o_free + (T::kSharedO ? 8 : 0)) {}
+
+    // FP8: the Vt ring and the loaded-V barriers (kVtOffset, kLoadedVOffset from the base).
+    __device__ __forceinline__ u32 vt_tile(int slot) const { return q + kVtOffset + slot * T::kSmemVt * 2; }
+    __device__ __forceinline__ u32 loaded_v(int slot) const { return q + kLoadedVOffset + 8 * slot; }
 
     // One thread, before the block's first barrier: each barrier's arrivals per phase, and
     // the turn word's zero.
@@ -74,6 +85,9 @@ struct SharedStorage {
         }
         if constexpr (T::kSharedO) mbarrier_init(o_free, 1);  // the last user's store has read it
         if constexpr (T::kMufuTurns) asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(turn_word) : "memory");
+        if constexpr (T::kIsFp8) {
+            for (int slot = 0; slot < kStages; ++slot) mbarrier_init(loaded_v(slot), 1);  // the producer's one arrival
+        }
     }
 
     // Work tile r's Q goes to buffer r % kQBuffers of each consumer's slots.

@@ -138,7 +138,7 @@ struct VarlenTiles {
     // Heads whose K/V (of the longest sequence's keys) fit in 32 MB of L2, a power of two
     // of KV heads: all query heads of a KV head come together. At least 1.
     static __device__ int l2_section(const FwdParams& p, int heads_grid) {
-        const i64 kv_bytes = i64(imax(p.seqlen_k, 1)) * (T::kHeadDim + T::kHeadDimV) * 2;
+        const i64 kv_bytes = i64(imax(p.seqlen_k, 1)) * (T::kHeadDim + T::kHeadDimV) * T::kElemBytes;
         int kv_heads = 1;
         while (kv_heads < 16 && i64(2 * kv_heads) * kv_bytes <= (i64(32) << 20)) kv_heads *= 2;
         const int per_kv = heads_grid == p.heads_kv ? 1 : p.heads_q / p.heads_kv;

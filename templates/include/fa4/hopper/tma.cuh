@@ -34,6 +34,28 @@ struct TmaFwdParams {
 };
 static_assert(sizeof(FwdParams) == 240 && sizeof(SplitArgs) == 16 && sizeof(TmaFwdParams) == 768, "TmaFwdParams must match the host's layout");
 
+// FP8 kernels' descales: f32 factors per (sequence, KV head) that dequantise Q, K and V
+// (FlashAttention-3's q/k/v_descale, (batch, heads_kv)); a null pointer stands for 1.
+struct Descales {
+    const float* q;
+    const float* k;
+    const float* v;
+    i64 batch_stride;  // in floats
+    i64 head_stride;
+
+    __device__ __forceinline__ float at(const float* factors, int batch, int kv_head) const {
+        return factors == nullptr ? 1.f : factors[batch * batch_stride + kv_head * head_stride];
+    }
+};
+
+// The argument block of FP8 kernels: TMA's, then the descales. Mirrored by
+// `fa4_runtime::Fp8TmaFwdParams` (Rust).
+struct Fp8TmaFwdParams {
+    TmaFwdParams tma;
+    Descales descale;
+};
+static_assert(sizeof(Descales) == 40 && sizeof(Fp8TmaFwdParams) == 832, "Fp8TmaFwdParams must match the host's layout");
+
 __device__ __forceinline__ void tma_prefetch(const TensorMap* map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }

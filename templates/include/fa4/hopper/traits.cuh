@@ -5,6 +5,7 @@
 
 #include "fa4/common/mask.cuh"
 #include "fa4/common/types.cuh"
+#include "fa4/hopper/fp8.cuh"
 #include "fa4/hopper/wgmma.cuh"
 
 namespace fa4 {
@@ -23,18 +24,30 @@ struct Select<false, A, B> {
 template <class Config>
 struct Traits {
     using Element = typename Config::Element;
-    static constexpr bool kIsBf16 = Element::kIsBf16;
+    static constexpr bool kIsBf16 = Element::kIsBf16;  // P (16-bit) and O in bf16, else fp16
+    // FP8 (e4m3) Q, K and V: P in e4m3 too, O in bf16 (kIsBf16), the descales folded into
+    // the softmax scale and O (kernel_ws.cuh).
+    static constexpr bool kIsFp8 = IsFp8<Element>::value;
+    static constexpr int kElemBytes = kIsFp8 ? 1 : 2;
     static constexpr MaskKind kMask = Config::kMask;
 
     // Columns of Q/K and of V/O in global memory.
     static constexpr int kHeadDim = Config::kHeadDim;
     static constexpr int kHeadDimV = Config::kHeadDimV;
+    // Q, K and V move (TMA boxes, copies, shared-memory tiles) as 16-bit units: an FP8 row
+    // of d elements is d / 2 of them, so every load path is the 16-bit one and the host
+    // passes FP8 strides in units. These are their columns in units.
+    static constexpr int kQkCols = kHeadDim * kElemBytes / 2;
+    static constexpr int kVCols = kHeadDimV * kElemBytes / 2;
     // In shared memory and as the PV GEMM's N, head dims run in whole 64-column blocks
     // (the 128-byte swizzle atom; an MN-major operand cannot end inside one): d96 sits
     // in d128's tiles. The QK GEMM steps over the real columns only; V's padding columns
     // (zeros by TMA, stale by cp.async) feed O columns that are never stored.
-    static constexpr int kHeadDimPad = (kHeadDim + 63) / 64 * 64;
+    // kHeadDimPad: Q's and K's units in shared memory; kHeadDimVPad: O's columns (V's
+    // units too but for FP8, kVColsPad).
+    static constexpr int kHeadDimPad = (kQkCols + 63) / 64 * 64;
     static constexpr int kHeadDimVPad = (kHeadDimV + 63) / 64 * 64;
+    static constexpr int kVColsPad = (kVCols + 63) / 64 * 64;
     static constexpr int kWarpgroups = Config::kWarpgroups;  // each owns 64 query rows
     // Warp specialisation: one more warpgroup loads K/V for the others (kernel_ws.cuh);
     // the consumers take turns at the tensor cores (pingpong) and issue the next QK GEMM
@@ -96,16 +109,23 @@ struct Traits {
     static constexpr int kRowsPerWarp = 16;
     static constexpr int kNTiles = kBlockN / 8;   // 8-column fragments of S per thread
     static constexpr int kOTiles = kHeadDimVPad / 8; // 8-column fragments of O per thread
-    static constexpr int kQkSteps = kHeadDim / 16;
-    static constexpr int kPvSteps = kBlockN / 16;
+    static constexpr int kQkSteps = kQkCols / 16;  // k16 steps, or k32 for FP8: 32 bytes of a row each
+    static constexpr int kPvSteps = kBlockN / (kIsFp8 ? 32 : 16);
+    // FP8's P is scaled by 2^kPShiftLog2 towards the top of e4m3's range (448): p <= 2^8
+    // by the shift alone, or by 2^4 and lazy rescaling's threshold of 2^4 (fragments.cuh).
+    static constexpr int kPShiftLog2 = kIsFp8 ? (Config::kLazyRescale ? 4 : 8) : 0;
     // As in the portable kernel: large accumulators keep the compact K/V load form.
     static constexpr int kAccumulatorRegs = (kOTiles + kNTiles) * 4;
     static constexpr bool kCompactLoads = kAccumulatorRegs > 160;
 
-    using LayoutQ = WgmmaLayout<kBlockM, kHeadDim>;
-    using LayoutK = WgmmaLayout<kBlockN, kHeadDim>;
-    using LayoutV = WgmmaLayout<kBlockN, kHeadDimV>;
+    using LayoutQ = WgmmaLayout<kBlockM, kQkCols>;
+    using LayoutK = WgmmaLayout<kBlockN, kQkCols>;
+    using LayoutV = WgmmaLayout<kBlockN, kVCols>;
     using LayoutO = WgmmaLayout<kBlockM, kHeadDimV>;  // O is staged where Q was (stage 1)
+    // FP8: the PV GEMM's B must be K-major, so the producer transposes each V tile into Vt
+    // (head dim along N, keys along K, kBlockN keys as kBlockN / 2 units), its keys
+    // permuted within every 32 to match P's registers (producer.cuh).
+    using LayoutVt = WgmmaLayout<kHeadDimVPad, (kIsFp8 ? kBlockN / 2 : 16)>;
     // Per warpgroup: kQBuffers slots for its 64 rows of Q, which also stage its O unless O
     // has slots beside them (kSeparateO).
     static constexpr int kSmemQSlot = 64 * (kSeparateO || kHeadDimPad > kHeadDimVPad ? kHeadDimPad : kHeadDimVPad);
@@ -114,13 +134,15 @@ struct Traits {
     static constexpr int kSmemORegion = kOSlots * kSmemOSlot;
     static constexpr int kSmemQO = kSmemQRegion;  // stage 1: the block's Q, then its O
     static constexpr int kSmemK = kBlockN * kHeadDimPad;  // one stage
-    static constexpr int kSmemV = kBlockN * kHeadDimVPad;
-    static constexpr int kSmemTilesBytes = (kSmemQRegion + kSmemORegion + kStages * (kSmemK + kSmemV)) * 2;
+    static constexpr int kSmemV = kBlockN * kVColsPad;
+    static constexpr int kSmemVt = kIsFp8 ? kHeadDimVPad * ((kBlockN / 2 + 63) / 64 * 64) : 0;
+    static constexpr int kSmemTilesBytes =
+        (kSmemQRegion + kSmemORegion + kStages * (kSmemK + kSmemV + kSmemVt)) * 2;
     // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
     // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
     static constexpr int kSmemBytes =
         kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers + (kSharedO ? 8 : 0) +
-                                                  (kMufuTurns ? 8 : 0) + kSplitTailBytes
+                                                  (kMufuTurns ? 8 : 0) + kSplitTailBytes + (kIsFp8 ? 8 * kStages : 0)
                                             : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
@@ -144,14 +166,21 @@ struct Traits {
                   "clusters of two blocks: TMA, one block per tile, unmasked (the pair's key tiles are the same)");
     static_assert(!kLazyRescale || kWarpSpecialized, "lazy rescaling is the warp-specialised schedule's");
     static_assert(kExp2EmuEvery == 0 || kWarpSpecialized, "exp2 emulation is the warp-specialised schedule's");
-    static_assert(!kCapOffset || (kWarpSpecialized && kSoftcap && kIsBf16),
+    static_assert(!kCapOffset || (kWarpSpecialized && kSoftcap && kIsBf16 && !kIsFp8),
                   "a fixed offset: warp-specialised, soft-capped, P in bf16");
+    static_assert(!kIsFp8 || (kWarpSpecialized && kTma && kStages >= 2 && kBlockN % 32 == 0),
+                  "FP8: the warp-specialised TMA schedule (its producer transposes V), a ring of two or "
+                  "more stages, whole k32 steps of keys");
+    static_assert(!kIsFp8 || (!kHalfFirst && !kHiddenFirst && !kSinks && !kSoftcap && !kPaged && !kPackGqa &&
+                              kClusterM == 1),
+                  "FP8: whole key blocks; no sinks, softcap, pages, pack-GQA or clusters yet");
     // Registers move from the producer to the consumers within the block's allotment.
     static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
     static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,
                   "the register split exceeds the block's allotment");
     // Every tile starts on a 1024-byte swizzle atom.
-    static_assert((kSmemQSlot * 2) % 1024 == 0 && (kSmemOSlot * 2) % 1024 == 0 && (kSmemK * 2) % 1024 == 0 && (kSmemV * 2) % 1024 == 0,
+    static_assert((kSmemQSlot * 2) % 1024 == 0 && (kSmemOSlot * 2) % 1024 == 0 && (kSmemK * 2) % 1024 == 0 &&
+                      (kSmemV * 2) % 1024 == 0 && (kSmemVt * 2) % 1024 == 0,
                   "tiles are whole swizzle atoms");
 };
 

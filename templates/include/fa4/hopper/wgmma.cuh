@@ -88,9 +88,12 @@ __device__ __forceinline__ void fence_regs(u32 (&r)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
-// wgmma.m64nNk16 with f32 accumulators, for the N a kernel uses; the rendered entry
-// point defines ss (A and B in shared memory) and rs (A in registers) per N.
-template <int N, bool kIsBf16>
+// wgmma.m64nNk16 (k32 for FP8) with f32 accumulators, for the N a kernel uses and its
+// element type; the rendered entry point defines ss (A and B in shared memory) and rs (A
+// in registers) per N. FP8's B is K-major in both GEMMs (wgmma transposes only 16-bit
+// operands), and its A from registers holds, per 32-column step, columns 4t .. 4t + 3
+// and 16 + 4t .. 16 + 4t + 3 of rows g and g + 8 (one byte each).
+template <int N, class Element>
 struct Wgmma;
 
 }  // namespace hopper
