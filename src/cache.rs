@@ -93,13 +93,15 @@ pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
 
 /// What the cache serves: every dtype and mask at these head dims (all offered, where
 /// none are given), with these feature sets, each from the one template that serves it
-/// ([`TemplateSpace::serves`]); FP8 (e4m3) where a template offers it among them (sm90's
-/// Hopper template, no score features yet). A head dim no template offers for an arch
-/// is an error.
+/// ([`TemplateSpace::serves`]). FP8 (e4m3) is built (sm90's Hopper template, no score
+/// features yet) but held back until its defaults pass `verify` on a GPU: `with_fp8`
+/// builds it all the same, for that check. A head dim no template offers for an arch is
+/// an error.
 pub fn specs(
     archs: &[Arch],
     head_dims: &[(u32, Option<u32>)],
     features: &[Features],
+    with_fp8: bool,
 ) -> Result<Vec<(Template, KernelSpec)>, space::SelectionError> {
     let selection = space::Selection {
         features: features.to_vec(),
@@ -117,7 +119,9 @@ pub fn specs(
         Err(space::SelectionError::Dtype { .. }) => {} // none offered among these
         Err(e) => return Err(e),
     }
-    specs.retain(|(t, spec)| t.serves(spec));
+    specs.retain(|(t, spec)| {
+        t.serves(spec) || (with_fp8 && space::dtype_held_back(spec) && t.supports(spec))
+    });
     Ok(specs)
 }
 
@@ -465,9 +469,17 @@ pub fn build(
 }
 
 /// `prev` with the specs `built` holds replaced by `built`'s entries: every other spec of
-/// `prev` keeps its entry, and the kernels are those some entry names.
+/// `prev` keeps its entry but a held-back dtype's (a `--fp8` build's, which a later build
+/// without it drops), and the kernels are those some entry names.
 pub fn merged(prev: &Manifest, built: Manifest) -> Manifest {
     let mut archs = prev.archs.clone();
+    for entry in archs.values_mut() {
+        entry.specs.retain(|_, spec| {
+            prev.kernels
+                .get(&spec.default)
+                .is_none_or(|k| !space::dtype_held_back(&k.spec))
+        });
+    }
     for (arch, entry) in built.archs {
         let kept = archs.entry(arch).or_insert_with(|| ArchEntry {
             tuned_on: None,

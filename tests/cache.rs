@@ -364,7 +364,7 @@ fn the_committed_cache_matches_the_tuning_db_and_templates() {
         Arch::ALL.to_vec(),
         "generated/ must serve every arch: run `fa4-gen build-cache` without --arch"
     );
-    let specs = cache::specs(&archs, &[], &Features::ALL).unwrap();
+    let specs = cache::specs(&archs, &[], &Features::ALL, false).unwrap();
     let mut records = export();
     records.retain(|r| !r.is_stale(|t| renderer.template_hash(t).to_string()));
     let plan = cache::plan(&specs, &records, cache::Untuned::Default);
@@ -650,4 +650,29 @@ fn a_partial_build_keeps_the_other_entries_of_the_manifest() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("without --arch"), "{e}");
+}
+
+/// FP8 is built but held back from the shipped cache until its defaults pass `verify` on
+/// a GPU; `build-cache --fp8` builds them all the same, Hopper's alone, for that check.
+#[test]
+fn fp8_kernels_are_held_back_unless_asked_for() {
+    let archs = [Arch::Sm80, Arch::Sm90];
+    let shipped = cache::specs(&archs, &[], &Features::ALL, false).unwrap();
+    assert!(shipped.iter().all(|(_, s)| s.dtype != Dtype::E4m3));
+    let checked = cache::specs(&archs, &[], &Features::ALL, true).unwrap();
+    let fp8: Vec<_> = checked
+        .iter()
+        .filter(|(_, s)| s.dtype == Dtype::E4m3)
+        .collect();
+    // d64, d128, d256 x causal and unmasked, no features, sm90's Hopper template.
+    assert_eq!(fp8.len(), 6, "{fp8:?}");
+    assert!(fp8.iter().all(|(t, s)| *t == Template::Hopper
+        && s.arch == Arch::Sm90
+        && s.features == Features::default()));
+    assert_eq!(checked.len(), shipped.len() + 6);
+    let spec = fp8[0].1;
+    assert_eq!(
+        fa4_gen::space::held_back_template(&spec),
+        Some(Template::Hopper)
+    );
 }

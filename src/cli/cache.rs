@@ -49,6 +49,11 @@ pub struct BuildCacheArgs {
     /// verify` on them before serving such a cache).
     #[arg(long = "borrow-sinks")]
     pub borrow_sinks: bool,
+    /// Also build the FP8 (e4m3) kernels, which the shipped cache holds back until every
+    /// default has passed `fa4-gen verify` on a GPU: a cache to check them with (`python3 -m
+    /// fa4gen.check`, `bench/peers_fp8.py`), not to serve
+    #[arg(long)]
+    pub fp8: bool,
 }
 
 #[derive(Debug, Args)]
@@ -142,8 +147,8 @@ pub(super) fn build_cache(a: BuildCacheArgs, quiet: bool) -> CliResult {
         .iter()
         .map(|h| head_dims_arg(h))
         .collect::<Result<_, _>>()?;
-    let specs =
-        cache::specs(&archs, &head_dims, &features).map_err(|e| CliError::Usage(e.to_string()))?;
+    let specs = cache::specs(&archs, &head_dims, &features, a.fp8)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
     let nvrtc = load_nvrtc(quiet)?;
     let pool = compile_pool(a.jobs)?;
     let started = std::time::Instant::now();
@@ -382,13 +387,21 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
         }
     };
     let k = s.kernel;
-    let note = fa4_gen::space::held_back_template(&k.spec).map(|t| {
-        format!(
-            "the {t} template builds this head dim but the {} template serves it until the \
-             {t} kernels are tuned and timed ahead (bench/headdim_check.sh run)",
-            k.template,
-        )
-    });
+    let note = if fa4_gen::space::dtype_held_back(&k.spec) {
+        Some(format!(
+            "{} kernels are held back from the shipped cache until every default passes \
+             `fa4-gen verify` on a GPU; this cache was built with `build-cache --fp8`, to check them",
+            k.spec.dtype
+        ))
+    } else {
+        fa4_gen::space::held_back_template(&k.spec).map(|t| {
+            format!(
+                "the {t} template builds this head dim but the {} template serves it until the \
+                 {t} kernels are tuned and timed ahead (bench/headdim_check.sh run)",
+                k.template,
+            )
+        })
+    };
     // How a varlen batch (cu_seqlens_q) of this bucket is launched.
     let varlen = match &k.varlen_cubin_hash {
         Some(_) => format!(

@@ -138,6 +138,7 @@ impl TemplateSpace for Template {
 pub fn serving_template(spec: &KernelSpec) -> Template {
     if Template::Hopper.supports(spec)
         && !hopper::HELD_BACK_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
+        && !hopper::HELD_BACK_DTYPES.contains(&spec.dtype)
     {
         Template::Hopper
     } else {
@@ -145,11 +146,18 @@ pub fn serving_template(spec: &KernelSpec) -> Template {
     }
 }
 
-/// The template that builds `spec` but does not serve it yet (d96 on the Hopper
+/// The template that builds `spec` but does not serve it yet (d96 and e4m3 on the Hopper
 /// template): what `explain` names beside the choice.
 pub fn held_back_template(spec: &KernelSpec) -> Option<Template> {
+    // (no template serves a held-back dtype: Template::serves is false for both)
     (Template::Hopper.supports(spec) && serving_template(spec) != Template::Hopper)
         .then_some(Template::Hopper)
+}
+
+/// Whether `spec`'s dtype is built but held back from the shipped cache
+/// (`build-cache --fp8` builds it all the same).
+pub fn dtype_held_back(spec: &KernelSpec) -> bool {
+    hopper::HELD_BACK_DTYPES.contains(&spec.dtype)
 }
 
 /// Why a config was set aside.
