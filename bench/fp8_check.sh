@@ -1,0 +1,59 @@
+#!/bin/bash
+# The GPU check of the FP8 (e4m3) kernels that the shipped cache holds back, prepared here
+# without a GPU and run in one device call:
+#
+#   bench/fp8_check.sh prepare      # here: the binary, the runtime library, the export and
+#                                   # cudnn-frontend's wheel into .device/
+#   bash bench/fp8_check.sh run     # on the GPU host, carrying .device; results in $OUT/r
+#
+# run: every e4m3 kernel compiled on the host; `verify` of the defaults; a cache with them
+# (`build-cache --fp8`) checked through Python (`fa4gen.check`); the FP8 grid beside
+# cuDNN's FP8 SDPA and our bf16 kernels (bench/peers_fp8.py); then `verify` and `bench` of
+# every e4m3 tile (steps, logs and the archive by bench/device_steps.sh). The defaults
+# passing verify is what lifts the hold (space/hopper.rs's HELD_BACK_DTYPES).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WHEEL=nvidia_cudnn_frontend-1.32.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+
+prepare() {
+    cargo build --release --quiet
+    . bench/device_steps.sh
+    pack_binaries
+    xz -T0 -6 -c tuning-db/sm90.json > .device/sm90.json.xz
+    if [ ! -f ".device/$WHEEL" ]; then
+        python3 -m pip download nvidia-cudnn-frontend==1.32.0 --no-deps --only-binary=:all: \
+            --python-version 3.12 --platform manylinux_2_28_x86_64 -d .device -q
+    fi
+    du -sh .device
+}
+
+run() {
+    set +e
+    . bench/device_steps.sh
+    unpack_binaries
+    steps_begin
+    trap 'steps_end' EXIT
+    cp .device/commit "$R/commit"
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$R/gpu.csv" 2>&1
+    mkdir -p /tmp/site /tmp/build
+    (cd /tmp/site && python3 -m zipfile -e "$OLDPWD/.device/$WHEEL" .) > "$R/site.log" 2>&1
+    xz -dc .device/sm90.json.xz > /tmp/sm90.json
+    local PY="env PYTHONPATH=$PWD/python:/tmp/site FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
+    step compile 60 "$B" compile --arch sm90 --template hopper --dtype e4m3 --out /tmp/build -q
+    step verify-e4m3 40 "$B" verify --arch sm90 --template hopper --dtype e4m3 --build-dir /tmp/build -q \
+        --json "$R/verify-e4m3.json"
+    step cache 60 "$B" build-cache --fp8 --arch sm90 --head-dim 64,128,256 --features none \
+        --tuning-db /tmp/sm90.json --out /tmp/gen
+    step pycheck 40 $PY python3 -m fa4gen.check --json "$R/pycheck.json"
+    step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
+    step verify-e4m3-all 100 "$B" verify --arch sm90 --template hopper --dtype e4m3 --all-configs \
+        --build-dir /tmp/build -q --json "$R/verify-e4m3-all.json"
+    step bench-e4m3-all 60 "$B" bench --dtype e4m3 --template hopper --all-configs --budget-ms 40 \
+        --seqlen 2048,8192 --build-dir /tmp/build --json "$R/bench-e4m3-all.json"
+}
+
+case "${1:-}" in
+prepare) prepare ;;
+run) run ;;
+*) echo "usage: bench/fp8_check.sh prepare|run" >&2; exit 2 ;;
+esac
