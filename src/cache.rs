@@ -109,19 +109,20 @@ pub fn specs(
         ..space::Selection::all(archs.to_vec())
     };
     let mut specs = selection.specs()?;
-    match (space::Selection {
-        dtypes: vec![Dtype::E4m3],
-        ..selection
-    })
-    .specs()
-    {
-        Ok(fp8) => specs.extend(fp8),
-        Err(space::SelectionError::Dtype { .. }) => {} // none offered among these
-        Err(e) => return Err(e),
+    if with_fp8 {
+        match (space::Selection {
+            dtypes: vec![Dtype::E4m3],
+            ..selection
+        })
+        .specs()
+        {
+            Ok(fp8) => specs.extend(fp8),
+            Err(space::SelectionError::Dtype { .. }) => {} // none offered among these
+            Err(e) => return Err(e),
+        }
     }
-    specs.retain(|(t, spec)| {
-        t.serves(spec) || (with_fp8 && space::dtype_held_back(spec) && t.supports(spec))
-    });
+    // (a held-back dtype's specs are here only when asked for: no template serves them)
+    specs.retain(|(t, spec)| t.serves(spec) || (space::dtype_held_back(spec) && t.supports(spec)));
     Ok(specs)
 }
 
