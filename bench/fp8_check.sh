@@ -5,12 +5,17 @@
 #   bench/fp8_check.sh prepare      # here: the binary, the runtime library, the export and
 #                                   # cudnn-frontend's wheel into .device/
 #   bash bench/fp8_check.sh run     # on the GPU host, carrying .device; results in $OUT/r
+#   bash bench/fp8_check.sh tune    # there too: the tune of the e4m3 specs, then the grid
 #
 # run: every e4m3 kernel compiled on the host; `verify` of the defaults; a cache with them
 # (`build-cache --fp8`) checked through Python (`fa4gen.check`); the FP8 grid beside
 # cuDNN's FP8 SDPA and our bf16 kernels (bench/peers_fp8.py); then `verify` and `bench` of
 # every e4m3 tile (steps, logs and the archive by bench/device_steps.sh). The defaults
 # passing verify is what lifts the hold (space/hopper.rs's HELD_BACK_DTYPES).
+# tune: the defaults' verify; `tune` of the e4m3 specs (dense buckets) under what the
+# call's limit leaves; the export ($OUT/r/sm90-new.json.xz, to commit as
+# tuning-db/sm90.json); a cache from it checked through Python and timed on the FP8 grid
+# beside cuDNN's FP8 SDPA and our bf16 kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEEL=nvidia_cudnn_frontend-1.32.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
@@ -44,7 +49,7 @@ run() {
         --json "$R/verify-e4m3.json"
     step cache 60 "$B" build-cache --fp8 --arch sm90 --head-dim 64,128,256 --features none \
         --tuning-db /tmp/sm90.json --out /tmp/gen
-    step pycheck 40 $PY python3 -m fa4gen.check --json "$R/pycheck.json"
+    step pycheck 40 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
     step verify-e4m3-all 100 "$B" verify --arch sm90 --template hopper --dtype e4m3 --all-configs \
         --build-dir /tmp/build -q --json "$R/verify-e4m3-all.json"
@@ -52,8 +57,34 @@ run() {
         --seqlen 2048,8192 --build-dir /tmp/build --json "$R/bench-e4m3-all.json"
 }
 
+tune() {
+    set +e
+    . bench/device_steps.sh
+    unpack_binaries
+    steps_begin
+    trap 'steps_end /tmp/db.sled' EXIT
+    cp .device/commit "$R/commit"
+    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$R/gpu.csv" 2>&1
+    mkdir -p /tmp/site /tmp/build
+    (cd /tmp/site && python3 -m zipfile -e "$OLDPWD/.device/$WHEEL" .) > "$R/site.log" 2>&1
+    xz -dc .device/sm90.json.xz > /tmp/sm90.json
+    "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
+    local PY="env PYTHONPATH=$PWD/python:/tmp/site FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
+    local SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --features none)
+    step compile 60 "$B" compile "${SPECS[@]}" --out /tmp/build -q
+    step verify-e4m3 40 "$B" verify "${SPECS[@]}" --build-dir /tmp/build -q --json "$R/verify-e4m3.json"
+    # the tune leaves what the FP8 grid beside cuDNN needs (about 200 s) to the end
+    step tune 120 "$B" tune "${SPECS[@]}" --ragged no --buckets 512,1024,2048,4096,8192,16384 --db /tmp/db.sled --build-dir /tmp/build --json \
+        --budget $(($(left) - 260))s
+    step export 20 "$B" db export --db /tmp/db.sled --out /tmp/sm90-tuned.json
+    step cache 40 "$B" build-cache --fp8 "${SPECS[@]}" --tuning-db /tmp/sm90-tuned.json --out /tmp/gen -q
+    step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
+    step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
+}
+
 case "${1:-}" in
 prepare) prepare ;;
 run) run ;;
-*) echo "usage: bench/fp8_check.sh prepare|run" >&2; exit 2 ;;
+tune) tune ;;
+*) echo "usage: bench/fp8_check.sh prepare|run|tune" >&2; exit 2 ;;
 esac

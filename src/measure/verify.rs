@@ -47,15 +47,30 @@ fn reference_dtype(dtype: Dtype) -> i32 {
 /// LSE is computed from f32 scores on both sides; only summation order differs.
 pub const LSE_TOLERANCE: f64 = 1e-3;
 
+/// How far a kernel's LSE may sit from the reference's: `abs` plus `per_unit` for each
+/// unit of |LSE|.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LseBound {
+    pub abs: f64,
+    pub per_unit: f64,
+}
+
 /// The LSE bound per dtype. FP8's scores come from the tensor cores' FP8 products, which
-/// Hopper accumulates at less than f32's precision, so the error grows with the scores:
-/// 1e-5 to 2.5e-3 on N(0,1) inputs with descales up to 2, 2.3e-3 and 1.2e-2 on the
-/// outlier case (channels x 20, scores in the tens) while O stayed within its bound
-/// (H100, the first FP8 verify). A descale or mask gone wrong moves it by whole units.
-pub fn lse_tolerance(dtype: Dtype) -> f64 {
+/// Hopper sums per k32 step at about 13 bits below the step's largest product, so the
+/// error grows with the scores: 1e-5 to 2.5e-3 on N(0,1) inputs with descales up to 2
+/// (|LSE| about 10), up to 7e-2 on the outlier cases (channels x 20, |LSE| 100 to 500),
+/// where a model of that summation predicts up to 6e-4 of |LSE| (H100, verify of every
+/// FP8 tile). A descale or mask gone wrong moves it by whole units.
+pub fn lse_bound(dtype: Dtype) -> LseBound {
     match dtype {
-        Dtype::Bf16 | Dtype::Fp16 => LSE_TOLERANCE,
-        Dtype::E4m3 => 3e-2,
+        Dtype::Bf16 | Dtype::Fp16 => LseBound {
+            abs: LSE_TOLERANCE,
+            per_unit: 0.0,
+        },
+        Dtype::E4m3 => LseBound {
+            abs: 3e-2,
+            per_unit: 1e-3,
+        },
     }
 }
 
@@ -187,6 +202,10 @@ pub struct CaseResult {
     pub o_rel_l2: f64,
     pub o_max_abs: f64,
     pub lse_max_abs: f64,
+    /// The largest LSE error beyond the bound's share of |LSE| (`lse_bound`); equal to
+    /// `lse_max_abs` where that share is 0.
+    #[serde(default)]
+    pub lse_max_excess: f64,
     pub o_nan_or_unwritten: u64,
     pub o_guard_changed: u64,
     pub lse_nan: u64,
@@ -234,7 +253,7 @@ pub fn run_case(
     let lse_ref = gpu.alloc::<f32>(layout.lse_logical as usize)?;
     let sums = gpu.to_device(&[0f64; 2])?;
     let counts = gpu.to_device(&[0u64; 5])?;
-    let maxima = gpu.to_device(&[0u32; 2])?;
+    let maxima = gpu.to_device(&[0u32; 3])?;
     let stream = gpu.stream();
 
     // O: NaN where the kernel must write, a guard pattern elsewhere; LSE likewise.
@@ -359,6 +378,7 @@ pub fn run_case(
             .arg(&layout.lse_logical)
             .arg(&layout.lse_alloc)
             .arg(&LSE_GUARD)
+            .arg(&(lse_bound(spec.dtype).per_unit as f32))
             .arg(&counts)
             .arg(&maxima)
             .launch(grid_for(layout.lse_alloc as usize))
@@ -381,6 +401,7 @@ pub fn run_case(
         o_rel_l2,
         o_max_abs: f32::from_bits(maxima[0]) as f64,
         lse_max_abs: f32::from_bits(maxima[1]) as f64,
+        lse_max_excess: f32::from_bits(maxima[2]) as f64,
         o_nan_or_unwritten: counts[0],
         o_guard_changed: counts[1],
         lse_nan: counts[2],
@@ -436,10 +457,15 @@ fn judge(r: &CaseResult) -> Option<String> {
             r.o_rel_l2
         ));
     }
-    let lse_tol = lse_tolerance(r.spec.dtype);
-    if r.lse_max_abs.is_nan() || r.lse_max_abs > lse_tol {
+    let lse = lse_bound(r.spec.dtype);
+    if r.lse_max_abs.is_nan() || r.lse_max_excess.is_nan() || r.lse_max_excess > lse.abs {
+        let bound = if lse.per_unit > 0.0 {
+            format!("{:.0e} + {:.0e} x |LSE|", lse.abs, lse.per_unit)
+        } else {
+            format!("{:.0e}", lse.abs)
+        };
         why.push(format!(
-            "LSE max error {:.2e} > {lse_tol:.0e}",
+            "LSE max error {:.2e} > {bound}",
             r.lse_max_abs
         ));
     }

@@ -314,10 +314,12 @@ extern "C" __global__ void compare_output(const u16* o, int is_bf16, u64 rows, u
     }
 }
 
+// maxima[1]: the largest |lse - ref|; maxima[2]: the largest part of it beyond
+// per_unit * |ref| (the allowance that grows with the scores, for FP8's products).
 extern "C" __global__ void compare_lse(const float* lse, const float* lse_ref, u64 n, u64 alloc, u32 guard,
-                                       u64* counts, u32* maxima) {
+                                       float per_unit, u64* counts, u32* maxima) {
     u64 nan = 0, inf_mismatch = 0, guard_bad = 0;
-    float max_diff = 0.f;
+    float max_diff = 0.f, max_excess = 0.f;
     for (u64 i = global_thread(); i < alloc; i += grid_threads()) {
         const float ours = lse[i];
         if (i >= n) {
@@ -330,7 +332,9 @@ extern "C" __global__ void compare_lse(const float* lse, const float* lse_ref, u
         } else if (isinf(ours) || isinf(ref)) {
             inf_mismatch += ours != ref;
         } else {
-            max_diff = fmaxf(max_diff, fabsf(ours - ref));
+            const float diff = fabsf(ours - ref);
+            max_diff = fmaxf(max_diff, diff);
+            max_excess = fmaxf(max_excess, diff - per_unit * fabsf(ref));
         }
     }
     for (int s = 16; s > 0; s >>= 1) {
@@ -338,11 +342,14 @@ extern "C" __global__ void compare_lse(const float* lse, const float* lse_ref, u
         inf_mismatch += __shfl_xor_sync(0xffffffffu, inf_mismatch, s);
         guard_bad += __shfl_xor_sync(0xffffffffu, guard_bad, s);
         max_diff = fmaxf(max_diff, __shfl_xor_sync(0xffffffffu, max_diff, s));
+        max_excess = fmaxf(max_excess, __shfl_xor_sync(0xffffffffu, max_excess, s));
     }
     if (threadIdx.x % 32 == 0) {
         atomicAdd(&counts[2], nan);
         atomicAdd(&counts[3], inf_mismatch);
         atomicAdd(&counts[4], guard_bad);
+        // non-negative floats order as their bit patterns (max_excess starts at 0)
         atomicMax(&maxima[1], __float_as_uint(max_diff));
+        atomicMax(&maxima[2], __float_as_uint(max_excess));
     }
 }
