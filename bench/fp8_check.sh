@@ -77,7 +77,8 @@ tune() {
     step tune 120 "$B" tune "${SPECS[@]}" --ragged no --buckets 512,1024,2048,4096,8192,16384 --db /tmp/db.sled --build-dir /tmp/build --json \
         --budget $(($(left) - 260))s
     step export 20 "$B" db export --db /tmp/db.sled --out /tmp/sm90-tuned.json
-    step cache 40 "$B" build-cache --fp8 "${SPECS[@]}" --tuning-db /tmp/sm90-tuned.json --out /tmp/gen -q
+    step cache 40 "$B" build-cache --fp8 --arch sm90 --head-dim 64,128,256 --features none \
+        --tuning-db /tmp/sm90-tuned.json --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
 }

@@ -214,11 +214,18 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
 /// rescaling and, masked, turns at the MUFU as twins.
 fn fp8_candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     let mut out = Vec::new();
-    for block_n in [64, 128, 160, 192, 224] {
+    // (d256: 96 keys, and 128 with O staged in the V ring, `o_in_v_ring`, beside 64)
+    let wide = if spec.head_dim > 128 { &[96][..] } else { &[][..] };
+    for &block_n in [64, 128, 160, 192, 224].iter().chain(wide) {
         out.push(ws_config(2, block_n, 1, 1, 0));
     }
     for block_n in [128, 160] {
         out.push(ws_config(3, block_n, 1, 1, 0));
+    }
+    if spec.head_dim > 128 {
+        // d256 over 128 keys holds S beside O only without the intra-warpgroup overlap
+        // (P(j - 1) would live beside S(j))
+        out.push(ws_config(2, 128, 1, 0, 0));
     }
     for block_n in [64, 128, 160, 192, 224] {
         let mut c = ws_config(2, block_n, 1, 1, 0);
@@ -349,9 +356,9 @@ fn o_slots(spec: &KernelSpec, c: &TileConfig) -> u32 {
     let limit = spec.arch.max_smem_per_block();
     if !persistent(c) {
         0
-    } else if smem_bytes_with(spec, c, consumers(c), 1) <= limit {
+    } else if smem_bytes_with(spec, c, consumers(c), 1, false) <= limit {
         consumers(c)
-    } else if consumers(c) == 2 && spec.head_dim_v > 128 && smem_bytes_with(spec, c, 1, 1) <= limit
+    } else if consumers(c) == 2 && spec.head_dim_v > 128 && smem_bytes_with(spec, c, 1, 1, false) <= limit
     {
         1
     } else {
@@ -365,7 +372,7 @@ fn o_slots(spec: &KernelSpec, c: &TileConfig) -> u32 {
 /// consumers waited for it at every tile's start).
 fn q_buffers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     let o = o_slots(spec, c);
-    if o > 0 && smem_bytes_with(spec, c, o, 2) <= spec.arch.max_smem_per_block() {
+    if o > 0 && smem_bytes_with(spec, c, o, 2, false) <= spec.arch.max_smem_per_block() {
         2
     } else {
         1
@@ -395,18 +402,45 @@ fn tma(spec: &KernelSpec, c: &TileConfig) -> bool {
 }
 
 pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    smem_bytes_with(spec, c, o_slots(spec, c), q_buffers(spec, c))
+    smem_bytes_with(
+        spec,
+        c,
+        o_slots(spec, c),
+        q_buffers(spec, c),
+        o_in_v_ring(spec, c),
+    )
+}
+
+/// FP8 on a grid of one block per tile: O (16-bit, twice Q's bytes) is staged in the V
+/// ring where Q slots sized for it would not fit, consumer c in slot c. That ring holds
+/// only what TMA landed, all of it transposed before the last "full V" each consumer
+/// waits on, and the block's one work tile loads nothing after it (d256's 128-key tiles).
+fn o_in_v_ring(spec: &KernelSpec, c: &TileConfig) -> bool {
+    let v = padded_units(spec.head_dim_v, spec.dtype);
+    spec.dtype.is_fp8()
+        && warp_specialized(c)
+        && !persistent(c)
+        && c.stages >= consumers(c)
+        && c.block_n * v >= 64 * padded(spec.head_dim_v)
+        && smem_bytes_with(spec, c, 0, 1, false) > spec.arch.max_smem_per_block()
 }
 
 /// traits.cuh's kSmemBytes: Q slots (which stage O too unless it has slots of its
 /// own), O's slots, the K/V stages, and the block scalars or the mbarriers.
 /// In 16-bit units: Q and K rows of `d` units, V's of `v`, O's of `dv` (O is 16-bit);
 /// FP8's V transposed (Vt) beside them, `dv` rows of the tile's keys.
-fn smem_bytes_with(spec: &KernelSpec, c: &TileConfig, o_slots: u32, q_buffers: u32) -> u32 {
+/// With `o_in_v`, O is staged in the V ring (`o_in_v_ring`), not in the Q slots.
+fn smem_bytes_with(
+    spec: &KernelSpec,
+    c: &TileConfig,
+    o_slots: u32,
+    q_buffers: u32,
+    o_in_v: bool,
+) -> u32 {
     let d = padded_units(spec.head_dim, spec.dtype);
     let v = padded_units(spec.head_dim_v, spec.dtype);
     let dv = padded(spec.head_dim_v);
-    let q_slot_cols = if o_slots > 0 { d } else { d.max(dv) };
+    let q_slot_cols = if o_slots > 0 || o_in_v { d } else { d.max(dv) };
     let o_region = o_slots * 64 * dv;
     let vt = if spec.dtype.is_fp8() {
         dv * padded(c.block_n / 2)
@@ -691,11 +725,13 @@ pub(super) fn default_config(spec: &KernelSpec) -> TileConfig {
 /// default_config()'s tile before the soft-capped switches.
 fn default_tile(spec: &KernelSpec) -> TileConfig {
     if spec.dtype.is_fp8() {
-        // FA3's FP8 tiles (untimed here yet), then narrower ones where those do not fit.
+        // FA3's FP8 tiles, then narrower ones where those do not fit. d256: 96 keys (128
+        // hold S beside O only without the intra-warpgroup overlap: a candidate, untimed),
+        // whose QK GEMM's N reads less of shared memory per flop than 64's.
         let tiles: &[(u32, u32)] = match spec.head_dim {
             0..=64 => &[(3, 160), (3, 128), (2, 128)],
             65..=128 => &[(2, 224), (2, 192), (2, 128)],
-            _ => &[(2, 128), (2, 64)],
+            _ => &[(2, 96), (2, 64)],
         };
         return tiles
             .iter()
@@ -828,6 +864,7 @@ pub(super) fn render_values(
         ("persistent", json!(fp.persistent_per_sm > 0)),
         ("o_slots", json!(o_slots(spec, c))),
         ("q_buffers", json!(q_buffers(spec, c))),
+        ("o_in_v_ring", json!(o_in_v_ring(spec, c))),
         ("lazy_rescale", json!(c.switch(LAZY_RESCALE, 0) == 1)),
         ("exp2_emu_every", json!(c.switch(EXP2_EMU, 0))),
         ("cap_offset", json!(c.switch(CAP_OFFSET, 0) == 1)),

@@ -3,8 +3,9 @@
 // memory, and the LSE per row.
 //
 // O is staged in this consumer's own slot: its Q slot (its QK GEMMs, the only readers, are
-// done) or, with kSeparateO, one of its own, which the last tile's O may still be leaving:
-// its TMA store must have read it, every thread its rows. With kSharedO the two consumers
+// done), its slot of the V ring (kOInVRing: FP8's d256 over 128 keys) or, with kSeparateO,
+// one of its own, which the last tile's O may still be leaving: its TMA store must have
+// read it, every thread its rows. With kSharedO the two consumers
 // take one slot in turn. Chunks whose Q came by TMA leave by one thread's TMA store, the
 // others by the consumer's 16-byte stores. A piece of a split tile meets the other piece
 // first (split.cuh): the second to finish writes the tile.

@@ -98,11 +98,13 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
     const int lane = tid % 32;
     const int quad_row = lane / 4;
     const int quad_col = lane % 4;
-    // Its O staging slot: a slot of its own, the shared one, or its Q slot (its QK GEMMs, the
-    // only readers, are done by then).
-    u16* const o_stage = reinterpret_cast<u16*>(smem_raw) +
-                         (smem.o - smem.q) / 2 +
-                         (kSharedO ? 0 : consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2);
+    // Its O staging slot: a slot of its own, the shared one, its slot of the V ring
+    // (kOInVRing), or its Q slot (its QK GEMMs, the only readers, are done by then).
+    u16* const o_stage =
+        reinterpret_cast<u16*>(smem_raw) +
+        (T::kOInVRing ? (smem.v - smem.q) / 2 + consumer * T::kSmemV
+                      : (smem.o - smem.q) / 2 +
+                            (kSharedO ? 0 : consumer * (T::kSeparateO ? kOSlotBytes : kQSlotBytes) / 2));
     const float score_scale_log2 = T::kSoftcap ? softcap_scale_log2(params) : params.scale_log2;
 
     const Turns turns{consumer, smem.turn_word};

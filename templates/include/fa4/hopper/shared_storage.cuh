@@ -7,7 +7,7 @@
 //               slots of its own
 //   O slots     kOSlots of kSmemOSlot (kSeparateO): a slot per consumer, or one shared
 //   K ring      kStages tiles of kSmemK
-//   V ring      kStages tiles of kSmemV
+//   V ring      kStages tiles of kSmemV (with kOInVRing, consumer c stages O in slot c)
 //   Vt ring     (FP8) kStages tiles of kSmemVt: V transposed by the producer, which the
 //               PV GEMM reads (the V ring then holds what TMA loaded, until transposed)
 //   barriers    8 bytes each: full K, full V, empty K, empty V (kStages of each), then full

@@ -68,6 +68,11 @@ struct Traits {
     // With O in a slot of its own, two Q slots per consumer where they fit: the producer
     // loads the next tile's Q while the consumers still read this one's.
     static constexpr int kQBuffers = Config::kQBuffers;
+    // FP8 on a grid of one block per tile, where Q slots that also staged O (16-bit, twice
+    // Q's bytes) would not fit: O is staged in the V ring, consumer c in slot c. The ring
+    // holds only what TMA landed, all of it transposed before the last "full V" that each
+    // consumer waits on, and the block's one work tile loads nothing after it.
+    static constexpr bool kOInVRing = Config::kOInVRing;
     // Lazy rescaling of O (FA4's): only when a row's max grows past a threshold.
     static constexpr bool kLazyRescale = Config::kLazyRescale;
     // Every k-th 8-column fragment of P exponentiated on the FMA pipes (0: none).
@@ -127,8 +132,9 @@ struct Traits {
     // permuted within every 32 to match P's registers (producer.cuh).
     using LayoutVt = WgmmaLayout<kHeadDimVPad, (kIsFp8 ? kBlockN / 2 : 16)>;
     // Per warpgroup: kQBuffers slots for its 64 rows of Q, which also stage its O unless O
-    // has slots beside them (kSeparateO).
-    static constexpr int kSmemQSlot = 64 * (kSeparateO || kHeadDimPad > kHeadDimVPad ? kHeadDimPad : kHeadDimVPad);
+    // has slots beside them (kSeparateO) or goes to the V ring (kOInVRing).
+    static constexpr int kSmemQSlot =
+        64 * (kSeparateO || kOInVRing || kHeadDimPad > kHeadDimVPad ? kHeadDimPad : kHeadDimVPad);
     static constexpr int kSmemOSlot = 64 * kHeadDimVPad;
     static constexpr int kSmemQRegion = kWarpgroups * kQBuffers * kSmemQSlot;
     static constexpr int kSmemORegion = kOSlots * kSmemOSlot;
@@ -161,6 +167,9 @@ struct Traits {
     static_assert(!kHiddenFirst || (kMufuTurns && !kHalfFirst && kMask != MaskKind::None),
                   "the hidden first block is skipped on masked tiles with MUFU turns and no half block");
     static_assert(kQBuffers == 1 || (kQBuffers == 2 && kSeparateO), "a second Q slot needs a slot for O");
+    static_assert(!kOInVRing || (kIsFp8 && !kPersistent && !kSeparateO && kStages >= kWarpgroups &&
+                                 kSmemV >= kSmemOSlot),
+                  "O in the V ring: FP8, one block per tile, a V slot per consumer that holds its O");
     static_assert(!kMufuTurns || kPingpong, "turns at the MUFU are pingpong's");
     static_assert(kClusterM == 1 || (kClusterM == 2 && kTma && !kPersistent && kMask == MaskKind::None),
                   "clusters of two blocks: TMA, one block per tile, unmasked (the pair's key tiles are the same)");
