@@ -1,8 +1,8 @@
 """fa4gen.transformers on the host, without a GPU: the mask, window and unpadding logic
-against transformers' own mask code, and small random-weight Llama, Qwen2 and gpt-oss
-models run end to end with the kernels replaced by a reference of their semantics
-(FlashAttention's: causal and windows bottom-right per sequence, sinks, GQA), compared
-with the same models on transformers' eager attention in f32.
+against transformers' own mask code, and small random-weight Llama, Qwen2, gpt-oss and
+Gemma 2 models run end to end with the kernels replaced by a reference of their semantics
+(FlashAttention's: causal and windows bottom-right per sequence, sinks, softcap, GQA),
+compared with the same models on transformers' eager attention in f32.
 
     python3 tests/python/transformers_backend.py      (from the repository root; `cargo test` runs it
                                                        with FA4GEN_TEST_PYTHON's interpreter, else python3)
@@ -274,7 +274,7 @@ class Reference:
 
 
 def tiny_configs():
-    from transformers import GptOssConfig, LlamaConfig, Qwen2Config
+    from transformers import Gemma2Config, GptOssConfig, LlamaConfig, Qwen2Config
 
     common = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
                   max_position_embeddings=256, initializer_range=0.1)
@@ -286,6 +286,9 @@ def tiny_configs():
         "gpt_oss": GptOssConfig(num_hidden_layers=2, head_dim=16, sliding_window=6, num_local_experts=4,
                                 num_experts_per_tok=4, **dict(common, intermediate_size=64,
                                                               max_position_embeddings=32 * 4096)),
+        # a logit softcap low enough to bite, alternating sliding (w = 6) and full layers
+        "gemma2": Gemma2Config(num_hidden_layers=2, head_dim=16, sliding_window=6, attn_logit_softcapping=2.0,
+                               query_pre_attn_scalar=16, **common),
     }
 
 
@@ -351,7 +354,7 @@ class Models(unittest.TestCase):
         return ours
 
     def test_prompts(self):
-        for name in ("llama", "qwen2", "gpt_oss"):
+        for name in ("llama", "qwen2", "gpt_oss", "gemma2"):
             for side in ("right", "left"):
                 with self.subTest(name=name, side=side):
                     self.prompt(name, [23, 15, 9], side)
@@ -370,7 +373,7 @@ class Models(unittest.TestCase):
     def test_chunk_and_decode_after_a_cache(self):
         # a prompt, a chunk of it after the cache (fewer queries than keys), then one decode
         # step: the chunk on the kernels bottom-right aligned, the step on the fallback
-        for name in ("llama", "qwen2", "gpt_oss"):
+        for name in ("llama", "qwen2", "gpt_oss", "gemma2"):
             for side in ("left", "right"):
                 with self.subTest(name=name, side=side):
                     self.chunk_and_decode(name, side)
