@@ -247,7 +247,8 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({
-                "pass": passed, "slack": args.slack, "decode_slack": args.decode_slack, "min_queries": 64, "seed": args.seed, "init_std": INIT,
+                "pass": passed, "slack": args.slack, "decode_slack": args.decode_slack, "min_queries": 64,
+                "seed": args.seed, "init_std": INIT,
                 "torch": torch.__version__, "transformers": transformers.__version__,
                 "device": torch.cuda.get_device_name(), "models": models, "cases": rows,
                 "totals": {"fa4gen_calls": sum(r.get("fa4gen_calls", 0) for r in rows),

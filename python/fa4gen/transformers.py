@@ -5,7 +5,7 @@
     model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="fa4gen", dtype=torch.bfloat16)
     with torch.no_grad():
         out = model.generate(**batch)               # prefill on fa4-gen, decode steps on sdpa
-    fa4gen.transformers.stats()                     # {'fa4gen': 24, 'fallbacks': {'fewer than 64 queries ...': 240}, ...}
+    fa4gen.transformers.stats()                     # {'fa4gen': 24, 'fallbacks': {...: 240}, 'masks': {...}}
 
 ``register()`` puts two functions under one name: an attention function in transformers'
 ``AttentionInterface`` and a mask function in its ``AttentionMaskInterface`` (without
@@ -327,7 +327,8 @@ def _make_attention(fallback, min_queries, cache):
                 given[name] = value_
         sinks = s_aux if s_aux is not None else kwargs.get("sinks")
         reason = _refusal(torch, module, query, key, value, attention_mask, dropout, sinks, kwargs, min_queries)
-        if reason is None and attention_mask is not None and tuple(attention_mask.shape) != (key.shape[0], key.shape[2]):
+        keys = (key.shape[0], key.shape[2])
+        if reason is None and attention_mask is not None and tuple(attention_mask.shape) != keys:
             reason = "a padding mask of shape %s for %d keys" % (tuple(attention_mask.shape), key.shape[2])
         if reason is not None:
             return _fall_back(torch, reason, fallback, module, query, key, value, attention_mask, given)

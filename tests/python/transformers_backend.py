@@ -25,7 +25,6 @@ import fa4gen.transformers as ft  # noqa: E402
 
 try:
     import torch
-    import transformers
     from transformers import masking_utils as mu
     MISSING = None
 except ImportError as e:  # CI has neither
