@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "fa4gen"
-MODULES = ("__init__.py", "check.py", "overhead.py", "route.py")
+MODULES = ("__init__.py", "check.py", "check_transformers.py", "overhead.py", "route.py", "transformers.py")
 
 
 def workspace_version():

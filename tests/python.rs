@@ -23,6 +23,33 @@ fn python_calls_pack_and_refuse_on_the_host() {
     assert!(!report.contains("skipped"), "{report}");
 }
 
+/// `fa4gen.transformers`, the Hugging Face transformers backend, on the host:
+/// `tests/python/transformers_backend.py` checks its mask, window and unpadding logic
+/// against transformers' own mask code, and runs small Llama, Qwen2 and gpt-oss models
+/// end to end over a reference of the kernels against transformers' eager attention.
+/// Those need torch and transformers in the interpreter that FA4GEN_TEST_PYTHON names
+/// (else python3); without them only the import and window tests run, the others are
+/// skipped and say so.
+#[test]
+fn transformers_backend_on_the_host() {
+    if !crate::common::has_python3() {
+        return;
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var("FA4GEN_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let out = Command::new(&python)
+        .arg("tests/python/transformers_backend.py")
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("\nOK"), "{report}");
+    if let Some(line) = report.lines().find(|l| l.contains("are skipped")) {
+        eprintln!("{line}");
+    }
+}
+
 /// The wheel `scripts/build_wheel.py` makes installs with pip alone and serves from what
 /// it carries: the module finds its bundled library and kernel cache with no repository,
 /// no FA4GEN_* variable and no CUDA. The cache is cut down to one spec whose kernel is
