@@ -28,7 +28,7 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$R/gpu.csv" 2>&1
     python3 -c 'import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)' \
         > "$R/versions.txt" 2>&1
-    step cache 150 "$B" build-cache --arch sm90 --head-dim 64,128 --features none,sinks --out /tmp/gen
+    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128 --features none,sinks --out /tmp/gen -q
     step transformers 60 env PYTHONPATH="$PWD/python" FA4GEN_LIB="$PWD/.device/libfa4_runtime.so" \
         FA4GEN_CACHE=/tmp/gen python3 -m fa4gen.check_transformers --json "$R/transformers.json"
 }
