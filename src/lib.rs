@@ -12,7 +12,8 @@
 //!
 //! The runtime that serves the cache is its own crate (`fa4_runtime`, re-exported as
 //! [`runtime`]); the generator measures kernels through the runtime's checks and grid,
-//! so a kernel is timed as it is served. The `fa4-gen` binary (`src/main.rs`,
+//! so a kernel is timed as it is served. [`report`] draws the export and the bench rows
+//! as one self-contained HTML page. The `fa4-gen` binary (`src/main.rs`,
 //! `src/cli/`) parses commands and calls these modules.
 
 pub mod cache;
@@ -21,6 +22,7 @@ pub mod db;
 pub mod fsutil;
 pub mod measure;
 pub mod render;
+pub mod report;
 pub mod space;
 pub mod timestamp;
 pub mod tune;

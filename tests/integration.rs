@@ -2,7 +2,8 @@
 //! to end through NVRTC, and (on a GPU host) the kernels on the device.
 //!
 //! NVRTC is required: the README's test command installs it. GPU tests skip, saying
-//! so, where no CUDA driver is present.
+//! so, where no CUDA driver is present; the report's browser test skips without Chromium
+//! unless FA4GEN_REQUIRE_BROWSER=1 (CI).
 
 mod cache;
 mod cli;
@@ -10,3 +11,4 @@ mod common;
 mod compile;
 mod gpu;
 mod python;
+mod report;

@@ -22,6 +22,7 @@ mod cache;
 mod compile;
 mod db;
 mod list;
+mod report;
 mod sass;
 mod tune;
 mod verify;
@@ -30,6 +31,7 @@ use bench::BenchArgs;
 use compile::{CompileArgs, RenderArgs};
 use db::DbArgs;
 use list::ListArgs;
+use report::ReportArgs;
 use sass::SassArgs;
 use verify::VerifyArgs;
 
@@ -68,6 +70,9 @@ pub enum Command {
     /// The main loop of built kernels, read from their SASS: instructions per iteration
     /// and of which kinds, optionally against another build (needs nvdisasm; no GPU).
     Sass(SassArgs),
+    /// Draw the tuning-db export and bench rows beside the peers' as one self-contained
+    /// HTML page (inline SVG, nothing fetched; no GPU).
+    Report(ReportArgs),
 }
 
 /// Which kernel specs to work on; every list is comma separated.
@@ -148,6 +153,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::BuildCache(a) => cache::build_cache(a, quiet),
         Command::Explain(a) => cache::explain(a),
         Command::Sass(a) => sass::run(a),
+        Command::Report(a) => report::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
