@@ -1,6 +1,6 @@
 #!/bin/bash
-# The GPU check of the FP8 (e4m3) kernels that the shipped cache holds back, prepared here
-# without a GPU and run in one device call:
+# The GPU checks of the FP8 (e4m3) kernels, prepared here without a GPU and run in one
+# device call:
 #
 #   bench/fp8_check.sh prepare      # here: the binary, the runtime library, the export and
 #                                   # cudnn-frontend's wheel into .device/
@@ -8,10 +8,9 @@
 #   bash bench/fp8_check.sh tune    # there too: the tune of the e4m3 specs, then the grid
 #
 # run: every e4m3 kernel compiled on the host; `verify` of the defaults; a cache with them
-# (`build-cache --fp8`) checked through Python (`fa4gen.check`); the FP8 grid beside
-# cuDNN's FP8 SDPA and our bf16 kernels (bench/peers_fp8.py); then `verify` and `bench` of
-# every e4m3 tile (steps, logs and the archive by bench/device_steps.sh). The defaults
-# passing verify is what lifts the hold (space/hopper.rs's HELD_BACK_DTYPES).
+# (`build-cache`) checked through Python (`fa4gen.check`); the FP8 grid beside cuDNN's
+# FP8 SDPA and our bf16 kernels (bench/peers_fp8.py); then `verify` and `bench` of every
+# e4m3 tile (steps, logs and the archive by bench/device_steps.sh).
 # tune: the defaults' verify; `tune` of the e4m3 specs (dense buckets) under what the
 # call's limit leaves; the export ($OUT/r/sm90-new.json.xz, to commit as
 # tuning-db/sm90.json); a cache from it checked through Python and timed on the FP8 grid
@@ -47,7 +46,7 @@ run() {
     step compile 60 "$B" compile --arch sm90 --template hopper --dtype e4m3 --out /tmp/build -q
     step verify-e4m3 40 "$B" verify --arch sm90 --template hopper --dtype e4m3 --build-dir /tmp/build -q \
         --json "$R/verify-e4m3.json"
-    step cache 60 "$B" build-cache --fp8 --arch sm90 --head-dim 64,128,256 --features none \
+    step cache 60 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none \
         --tuning-db /tmp/sm90.json --out /tmp/gen
     step pycheck 40 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
@@ -77,7 +76,7 @@ tune() {
     step tune 120 "$B" tune "${SPECS[@]}" --ragged no --buckets 512,1024,2048,4096,8192,16384 --db /tmp/db.sled --build-dir /tmp/build --json \
         --budget $(($(left) - 260))s
     step export 20 "$B" db export --db /tmp/db.sled --out /tmp/sm90-tuned.json
-    step cache 40 "$B" build-cache --fp8 --arch sm90 --head-dim 64,128,256 --features none \
+    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none \
         --tuning-db /tmp/sm90-tuned.json --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen

@@ -93,15 +93,16 @@ pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
 
 /// What the cache serves: every dtype and mask at these head dims (all offered, where
 /// none are given), with these feature sets, each from the one template that serves it
-/// ([`TemplateSpace::serves`]). FP8 (e4m3) is built (sm90's Hopper template, no score
-/// features yet) but held back until its defaults pass `verify` on a GPU: `with_fp8`
-/// builds it all the same, for that check. A head dim no template offers for an arch is
+/// ([`TemplateSpace::serves`]). FP8 (e4m3) too, where a template offers it (sm90's
+/// Hopper template, no score features yet). A dtype held back until its defaults pass
+/// `verify` on a GPU (`space::dtype_held_back`; none now) is built only `with_held_back`,
+/// for that check. A head dim no template offers for an arch is
 /// an error.
 pub fn specs(
     archs: &[Arch],
     head_dims: &[(u32, Option<u32>)],
     features: &[Features],
-    with_fp8: bool,
+    with_held_back: bool,
 ) -> Result<Vec<(Template, KernelSpec)>, space::SelectionError> {
     let selection = space::Selection {
         features: features.to_vec(),
@@ -109,20 +110,20 @@ pub fn specs(
         ..space::Selection::all(archs.to_vec())
     };
     let mut specs = selection.specs()?;
-    if with_fp8 {
-        match (space::Selection {
-            dtypes: vec![Dtype::E4m3],
-            ..selection
-        })
-        .specs()
-        {
-            Ok(fp8) => specs.extend(fp8),
-            Err(space::SelectionError::Dtype { .. }) => {} // none offered among these
-            Err(e) => return Err(e),
-        }
+    match (space::Selection {
+        dtypes: vec![Dtype::E4m3],
+        ..selection
+    })
+    .specs()
+    {
+        Ok(fp8) => specs.extend(fp8),
+        Err(space::SelectionError::Dtype { .. }) => {} // none offered among these
+        Err(e) => return Err(e),
     }
-    // (a held-back dtype's specs are here only when asked for: no template serves them)
-    specs.retain(|(t, spec)| t.serves(spec) || (space::dtype_held_back(spec) && t.supports(spec)));
+    // (no template serves a held-back dtype's specs: kept only when asked for)
+    specs.retain(|(t, spec)| {
+        t.serves(spec) || (with_held_back && space::dtype_held_back(spec) && t.supports(spec))
+    });
     Ok(specs)
 }
 
@@ -470,7 +471,7 @@ pub fn build(
 }
 
 /// `prev` with the specs `built` holds replaced by `built`'s entries: every other spec of
-/// `prev` keeps its entry but a held-back dtype's (a `--fp8` build's, which a later build
+/// `prev` keeps its entry but a held-back dtype's (a `--held-back` build's, which a later build
 /// without it drops), and the kernels are those some entry names.
 pub fn merged(prev: &Manifest, built: Manifest) -> Manifest {
     let mut archs = prev.archs.clone();

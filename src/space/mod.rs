@@ -155,7 +155,7 @@ pub fn held_back_template(spec: &KernelSpec) -> Option<Template> {
 }
 
 /// Whether `spec`'s dtype is built but held back from the shipped cache
-/// (`build-cache --fp8` builds it all the same).
+/// (`build-cache --held-back` builds it all the same).
 pub fn dtype_held_back(spec: &KernelSpec) -> bool {
     hopper::HELD_BACK_DTYPES.contains(&spec.dtype)
 }

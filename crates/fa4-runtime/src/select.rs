@@ -471,9 +471,8 @@ impl KernelCache {
                 why: if q.dtype.is_fp8() && q.arch != Arch::Sm90 {
                     ": e4m3 kernels are built for sm90 (Hopper) only"
                 } else if q.dtype.is_fp8() {
-                    ": the shipped cache holds e4m3 kernels back until every default has \
-                     passed `fa4-gen verify` on a GPU; `fa4-gen build-cache --fp8` builds a \
-                     cache with them, to check them"
+                    ": a cache built before e4m3 was served, or without sm90's head dims; \
+                     rebuild it with `fa4-gen build-cache` (e4m3 at d64, d128 and d256)"
                 } else {
                     ""
                 },

@@ -315,9 +315,9 @@ fn e4m3_problems_without_e4m3_kernels_are_named() {
     let e = cache.unwrap().select(&e4m3(query(128, 512))).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "no e4m3 kernels for sm90 in this cache (it has bf16): the shipped cache holds e4m3 \
-         kernels back until every default has passed `fa4-gen verify` on a GPU; `fa4-gen \
-         build-cache --fp8` builds a cache with them, to check them"
+        "no e4m3 kernels for sm90 in this cache (it has bf16): a cache built before e4m3 was \
+         served, or without sm90's head dims; rebuild it with `fa4-gen build-cache` (e4m3 at \
+         d64, d128 and d256)"
     );
     // A cache with an e4m3 kernel serves it; a paged e4m3 problem is named as one no
     // e4m3 kernel computes.
