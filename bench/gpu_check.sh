@@ -7,7 +7,7 @@
 # prepare copies the binary, the runtime library and the peers' scripts
 # (../shared/bench/{peers,compare}.py) into .device/. run builds the shipped sm90 cache
 # with the host's NVRTC (every core), checks it (the served defaults by `verify` with
-# every feature set, the Python calls by `fa4gen.check` through the cache), tunes one
+# every feature set, FP8's (e4m3) too, the Python calls by `fa4gen.check` through the cache), tunes one
 # small key (the tuner end to end), times the FA3 grid with the tuned picks beside
 # PyTorch's FA2 and cuDNN (`compare.py`) and the host cost of a call. Each step has its
 # log and exit status under r/ (r/steps.txt), within one time limit (LIMIT, 570 s).
@@ -32,6 +32,8 @@ run() {
     step cache 120 "$B" build-cache --arch sm90
     step verify 200 "$B" verify --arch sm90 --template hopper \
         --features none,sinks,softcap,paged,sinks+softcap --build-dir build --json "$R/verify.json"
+    step verify-e4m3 30 "$B" verify --arch sm90 --template hopper --dtype e4m3 --build-dir build \
+        --json "$R/verify-e4m3.json"
     step verify-d96 40 "$B" verify --arch sm90 --template portable --head-dim 96 \
         --features none,sinks,softcap,paged --build-dir build --json "$R/verify-d96.json"
     step pycheck 60 env PYTHONPATH="$PWD/python" FA4GEN_LIB="$PWD/.device/libfa4_runtime.so" \
