@@ -464,10 +464,7 @@ fn judge(r: &CaseResult) -> Option<String> {
         } else {
             format!("{:.0e}", lse.abs)
         };
-        why.push(format!(
-            "LSE max error {:.2e} > {bound}",
-            r.lse_max_abs
-        ));
+        why.push(format!("LSE max error {:.2e} > {bound}", r.lse_max_abs));
     }
     (!why.is_empty()).then(|| why.join("; "))
 }

@@ -215,7 +215,11 @@ pub(super) fn candidates(spec: &KernelSpec) -> Vec<TileConfig> {
 fn fp8_candidates(spec: &KernelSpec) -> Vec<TileConfig> {
     let mut out = Vec::new();
     // (d256: 96 keys, and 128 with O staged in the V ring, `o_in_v_ring`, beside 64)
-    let wide = if spec.head_dim > 128 { &[96][..] } else { &[][..] };
+    let wide = if spec.head_dim > 128 {
+        &[96][..]
+    } else {
+        &[][..]
+    };
     for &block_n in [64, 128, 160, 192, 224].iter().chain(wide) {
         out.push(ws_config(2, block_n, 1, 1, 0));
     }
@@ -358,7 +362,9 @@ fn o_slots(spec: &KernelSpec, c: &TileConfig) -> u32 {
         0
     } else if smem_bytes_with(spec, c, consumers(c), 1, false) <= limit {
         consumers(c)
-    } else if consumers(c) == 2 && spec.head_dim_v > 128 && smem_bytes_with(spec, c, 1, 1, false) <= limit
+    } else if consumers(c) == 2
+        && spec.head_dim_v > 128
+        && smem_bytes_with(spec, c, 1, 1, false) <= limit
     {
         1
     } else {

@@ -776,6 +776,50 @@ fn fp8_tiles_are_warp_specialized_by_tma_with_a_transposed_v_ring() {
 }
 
 #[test]
+fn fp8_d256_stages_o_in_the_v_ring_only_where_q_slots_with_o_would_not_fit() {
+    let spec = KernelSpec::new(Arch::Sm90, Dtype::E4m3, 256, MaskKind::None);
+    let limit = Arch::Sm90.max_smem_per_block();
+    // 128 keys without the overlap: Q slots of 64 x 128 units (Q alone), two stages of K
+    // and loaded V (128 x 128 units each) and Vt (256 rows of 64 units), O in V slots 0, 1.
+    let wide = ws_config(2, 128, 1, 0, 0);
+    assert!(o_in_v_ring(&spec, &wide));
+    let fp = check(&spec, &wide).unwrap();
+    let units = 2 * 64 * 128 + 2 * (128 * 128 + 128 * 128 + 256 * 64);
+    assert_eq!(fp.smem_bytes, units * 2 + 2 * 32 + 2 * 16 + 2 * 8);
+    assert!(fp.smem_bytes <= limit);
+    // Q slots sized for O would not fit: that is what sends O to the V ring.
+    assert!(smem_bytes_with(&spec, &wide, 0, 1, false) > limit);
+    assert_eq!(
+        render_values(&spec, &wide, &fp)
+            .iter()
+            .find(|(n, _)| *n == "o_in_v_ring")
+            .unwrap()
+            .1,
+        serde_json::json!(true)
+    );
+    // Tiles whose Q slots hold O keep it there (96 keys, the default; 64 keys), and so do
+    // persistent grids (the next tile's V lands in the ring under this one's epilogue)
+    // and every 16-bit spec.
+    let default = default_config(&spec);
+    assert_eq!(default.block_n, 96);
+    for c in [default, ws_config(2, 64, 1, 1, 0)] {
+        assert!(!o_in_v_ring(&spec, &c), "{c:?}");
+        assert!(check(&spec, &c).is_ok(), "{c:?}");
+    }
+    let mut persistent = wide.clone();
+    persistent.switches.insert(PERSISTENT.to_string(), 1);
+    assert!(!o_in_v_ring(&spec, &persistent));
+    let bf16 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 256, MaskKind::None);
+    assert!(!o_in_v_ring(&bf16, &wide));
+    // d256's candidates: 96 keys beside 64 and 128, and 128 without the overlap too.
+    let candidates = candidates(&spec);
+    assert!(candidates.iter().any(|c| c.block_n == 96));
+    assert!(candidates
+        .iter()
+        .any(|c| c.block_n == 128 && c.switch(OVERLAP, 1) == 0));
+}
+
+#[test]
 fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone() {
     for (d, mask, features, offered) in [
         (64, MaskKind::Causal, Features::default(), true),
