@@ -389,12 +389,17 @@ impl KernelCache {
 
     /// [`select`](Self::select) for a device named `gpu` ("NVIDIA H100 80GB HBM3 (132
     /// SMs)", as [`gpu_name`] spells it): its own tuned choices where the cache has them
-    /// (`SpecEntry::tuned_by_gpu`), else the arch's, bucket by bucket.
+    /// (`SpecEntry::tuned_by_gpu`), else the arch's, bucket by bucket. A spec the arch's
+    /// GPU never tuned (FP8, tuned on an H100 while the H200 tuned the rest) is served
+    /// another GPU's choices (the first by name) before its default.
     pub fn select_on(&self, q: &Query, gpu: Option<&str>) -> Result<Selected<'_>, SelectError> {
         let Some(ix) = self.index.get(&q.spec()) else {
             return Err(self.why_not(q));
         };
-        let own = gpu.and_then(|g| ix.by_gpu.iter().find(|(name, _)| name == g));
+        let untuned = ix.tuned.dense.is_empty() && ix.tuned.ragged.is_empty();
+        let own = gpu
+            .and_then(|g| ix.by_gpu.iter().find(|(name, _)| name == g))
+            .or_else(|| ix.by_gpu.first().filter(|_| untuned));
         let tuned = own.map_or(&ix.tuned, |(_, t)| t);
         let bucket = Bucket::of_batch(q.mask, q.window, q.max_seqlen_q, q.ragged);
         let wanted = bucket.seqlen;

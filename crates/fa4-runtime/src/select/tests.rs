@@ -79,6 +79,47 @@ fn a_device_with_its_own_tuned_choices_is_served_them_and_any_other_the_archs() 
 }
 
 #[test]
+fn a_spec_the_archs_gpu_never_tuned_is_served_another_gpus_choices() {
+    // d64 causal: no choice of the arch's GPU, the H100's at 4096 (as FP8 today).
+    let mut m = manifest();
+    let d64 = spec(64, MaskKind::Causal);
+    m.kernels
+        .insert("d_d64_h100".to_string(), entry(d64, tile(128, 64)));
+    let h100 = gpu_name("NVIDIA H100 80GB HBM3", 132);
+    m.archs.get_mut(&Arch::Sm90).unwrap().specs.insert(
+        d64.tag(),
+        SpecEntry {
+            default: "c_d64_default".into(),
+            tuned_by_gpu: BTreeMap::from([(
+                h100.clone(),
+                BTreeMap::from([(4096, "d_d64_h100".into())]),
+            )]),
+            ..Default::default()
+        },
+    );
+    let (_dir, cache) = open(&m);
+    let cache = cache.unwrap();
+    // Any device, the H100 too, is served the H100's choice, named as the H100's.
+    for gpu in [None, Some("NVIDIA H200 (132 SMs)"), Some(h100.as_str())] {
+        let s = cache.select_on(&query(64, 3000), gpu).unwrap();
+        assert_eq!(
+            (s.id, s.reason, s.tuned_on),
+            (
+                "d_d64_h100",
+                Reason::Tuned { bucket: 4096 },
+                Some(h100.as_str())
+            ),
+            "{gpu:?}"
+        );
+    }
+    // A spec the arch's GPU tuned keeps the arch's choices on other devices.
+    let s = cache
+        .select_on(&query(128, 3000), Some("NVIDIA H200 (132 SMs)"))
+        .unwrap();
+    assert_eq!((s.id, s.tuned_on), ("b_d128_tuned", None));
+}
+
+#[test]
 fn a_ragged_batch_is_served_its_buckets_ragged_choice_where_tuned() {
     let (_dir, cache) = open(&manifest());
     let cache = cache.unwrap();
