@@ -31,55 +31,55 @@ prepare() {
     du -sh .device
 }
 
-run() {
+# There: the binary, the call's records (gpu.csv, commit), cudnn-frontend unpacked into
+# /tmp/site and the export into /tmp/sm90.json; $1 is the database steps_end exports, if any.
+begin() {
     set +e
     . bench/device_steps.sh
     unpack_binaries
     steps_begin
-    trap 'steps_end' EXIT
+    # shellcheck disable=SC2064 # the database is fixed now
+    trap "steps_end $1" EXIT
     cp .device/commit "$R/commit"
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$R/gpu.csv" 2>&1
     mkdir -p /tmp/site /tmp/build
     (cd /tmp/site && python3 -m zipfile -e "$OLDPWD/.device/$WHEEL" .) > "$R/site.log" 2>&1
     xz -dc .device/sm90.json.xz > /tmp/sm90.json
-    local PY="env PYTHONPATH=$PWD/python:/tmp/site FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
-    step compile 60 "$B" compile --arch sm90 --template hopper --dtype e4m3 --out /tmp/build -q
-    step verify-e4m3 40 "$B" verify --arch sm90 --template hopper --dtype e4m3 --build-dir /tmp/build -q \
-        --json "$R/verify-e4m3.json"
-    step cache 60 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none \
-        --tuning-db /tmp/sm90.json --out /tmp/gen
-    step pycheck 40 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
+    PY="env PYTHONPATH=$PWD/python:/tmp/site FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
+}
+
+# A cache of the e4m3 kernels from the export $1, checked through Python, then the FP8 grid
+# beside cuDNN's FP8 SDPA and our bf16 kernels.
+grid() {
+    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none \
+        --tuning-db "$1" --out /tmp/gen -q
+    step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
-    step verify-e4m3-all 100 "$B" verify --arch sm90 --template hopper --dtype e4m3 --all-configs \
+}
+
+SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --features none)
+
+run() {
+    begin ""
+    step compile 60 "$B" compile "${SPECS[@]}" --out /tmp/build -q
+    step verify-e4m3 40 "$B" verify "${SPECS[@]}" --build-dir /tmp/build -q --json "$R/verify-e4m3.json"
+    grid /tmp/sm90.json
+    step verify-e4m3-all 100 "$B" verify "${SPECS[@]}" --all-configs \
         --build-dir /tmp/build -q --json "$R/verify-e4m3-all.json"
     step bench-e4m3-all 60 "$B" bench --dtype e4m3 --template hopper --all-configs --budget-ms 40 \
         --seqlen 2048,8192 --build-dir /tmp/build --json "$R/bench-e4m3-all.json"
 }
 
 tune() {
-    set +e
-    . bench/device_steps.sh
-    unpack_binaries
-    steps_begin
-    trap 'steps_end /tmp/db.sled' EXIT
-    cp .device/commit "$R/commit"
-    nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$R/gpu.csv" 2>&1
-    mkdir -p /tmp/site /tmp/build
-    (cd /tmp/site && python3 -m zipfile -e "$OLDPWD/.device/$WHEEL" .) > "$R/site.log" 2>&1
-    xz -dc .device/sm90.json.xz > /tmp/sm90.json
+    begin /tmp/db.sled
     "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
-    local PY="env PYTHONPATH=$PWD/python:/tmp/site FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
-    local SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --features none)
     step compile 60 "$B" compile "${SPECS[@]}" --out /tmp/build -q
     step verify-e4m3 40 "$B" verify "${SPECS[@]}" --build-dir /tmp/build -q --json "$R/verify-e4m3.json"
     # the tune leaves what the FP8 grid beside cuDNN needs (about 200 s) to the end
-    step tune 120 "$B" tune "${SPECS[@]}" --ragged no --buckets 512,1024,2048,4096,8192,16384 --db /tmp/db.sled --build-dir /tmp/build --json \
-        --budget $(($(left) - 260))s
+    step tune 120 "$B" tune "${SPECS[@]}" --ragged no --buckets 512,1024,2048,4096,8192,16384 \
+        --db /tmp/db.sled --build-dir /tmp/build --json --budget $(($(left) - 260))s
     step export 20 "$B" db export --db /tmp/db.sled --out /tmp/sm90-tuned.json
-    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none \
-        --tuning-db /tmp/sm90-tuned.json --out /tmp/gen -q
-    step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
-    step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
+    grid /tmp/sm90-tuned.json
 }
 
 case "${1:-}" in
