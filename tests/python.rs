@@ -5,21 +5,28 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// Runs the unittest script `script` (under the repository) with `python`; asserts it
+/// passed and returns unittest's report.
+fn unittest(python: &str, script: &str) -> String {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(python)
+        .arg(script)
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{report}");
+    assert!(report.contains("\nOK"), "{report}");
+    report
+}
+
 #[test]
 fn python_calls_pack_and_refuse_on_the_host() {
     if !crate::common::has_python3() {
         return;
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3")
-        .arg("tests/python/host_calls.py")
-        .current_dir(&repo)
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{report}");
-    // unittest's summary: every test ran, none skipped.
-    assert!(report.contains("\nOK"), "{report}");
+    let report = unittest("python3", "tests/python/host_calls.py");
+    // every test ran, none skipped
     assert!(!report.contains("skipped"), "{report}");
 }
 
@@ -35,16 +42,8 @@ fn transformers_backend_on_the_host() {
     if !crate::common::has_python3() {
         return;
     }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let python = std::env::var("FA4GEN_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let out = Command::new(&python)
-        .arg("tests/python/transformers_backend.py")
-        .current_dir(&repo)
-        .output()
-        .unwrap();
-    let report = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{report}");
-    assert!(report.contains("\nOK"), "{report}");
+    let report = unittest(&python, "tests/python/transformers_backend.py");
     if let Some(line) = report.lines().find(|l| l.contains("are skipped")) {
         eprintln!("{line}");
     }
