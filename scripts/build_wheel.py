@@ -27,7 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "fa4gen"
-MODULES = ("__init__.py", "check.py", "check_transformers.py", "overhead.py", "route.py", "transformers.py")
+# Every module of the package (the library and the cache are added beside them).
+MODULES = sorted(p.name for p in (ROOT / "python" / PACKAGE).glob("*.py"))
 
 
 def workspace_version():

@@ -30,6 +30,18 @@ fn python_calls_pack_and_refuse_on_the_host() {
     assert!(!report.contains("skipped"), "{report}");
 }
 
+/// `fa4gen.sglang`: the calls it routes in each layout SGLang's FlashAttention backend
+/// module has had, and `python -m fa4gen.sglang` routing them in the scheduler process a
+/// stand-in `sglang.launch_server` spawns, as SGLang's does (`tests/python/sglang_route.py`).
+#[test]
+fn sglang_prefill_is_routed_in_the_processes_sglang_spawns() {
+    if !crate::common::has_python3() {
+        return;
+    }
+    let report = unittest("python3", "tests/python/sglang_route.py");
+    assert!(!report.contains("skipped"), "{report}");
+}
+
 /// `fa4gen.transformers`, the Hugging Face transformers backend, on the host:
 /// `tests/python/transformers_backend.py` checks its mask, window and unpadding logic
 /// against transformers' own mask code, and runs small Llama, Qwen2 and gpt-oss models
