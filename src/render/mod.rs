@@ -5,6 +5,7 @@
 //! kernel's id hashes its template together with every header the template includes,
 //! so an edited header can never hide behind a stale cubin.
 
+pub mod tcgen05;
 pub mod templates;
 
 use std::collections::BTreeMap;
