@@ -28,9 +28,12 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$R/gpu.csv" 2>&1
     python3 -c 'import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)' \
         > "$R/versions.txt" 2>&1
-    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128 --features none,sinks --out /tmp/gen -q
+    # a folder of its own: build-cache refuses to mix into a cache built from another export
+    local gen
+    gen=$(mktemp -d)/gen
+    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128 --features none,sinks --out "$gen" -q
     step transformers 60 env PYTHONPATH="$PWD/python" FA4GEN_LIB="$PWD/.device/libfa4_runtime.so" \
-        FA4GEN_CACHE=/tmp/gen python3 -m fa4gen.check_transformers --json "$R/transformers.json"
+        FA4GEN_CACHE="$gen" python3 -m fa4gen.check_transformers --json "$R/transformers.json"
 }
 
 case "${1:-}" in
