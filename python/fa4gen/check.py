@@ -47,11 +47,12 @@ O_TOL = {torch.bfloat16: 4e-3, torch.float16: 1e-3}  # as `fa4-gen verify`
 E4M3 = getattr(torch, "float8_e4m3fn", None)
 if E4M3 is not None:
     O_TOL[E4M3] = 3e-2  # e4m3 inputs and P
-# LSE bounds as `fa4-gen verify` (lse_bound): (absolute, per unit of |LSE|)
+# LSE bounds: (absolute, per unit of |LSE|), as `fa4-gen verify` (lse_bound) for 16-bit
+# inputs. e4m3 cases add each row's FP8 accumulation slack to the absolute part instead
+# (fp8_lse_slack).
 LSE_TOL = {torch.bfloat16: (1e-3, 0.0), torch.float16: (1e-3, 0.0)}
 if E4M3 is not None:
-    # FP8 products are summed at less than f32's precision: the error grows with the scores
-    LSE_TOL[E4M3] = (3e-2, 1e-3)
+    LSE_TOL[E4M3] = (3e-2, 0.0)
 DEV = "cuda"
 
 
@@ -118,16 +119,37 @@ def rel_l2(out, ref):
     return (out - ref).norm().item() / max(n, 1e-30)
 
 
-def lse_err(lse, ref, per_unit=0.0):
-    """The largest |lse - ref|, and the largest part of it beyond per_unit * |ref| (NaN
-    where lse is NaN or not finite where ref is)."""
+def lse_err(lse, ref, per_unit=0.0, slack=None):
+    """The largest |lse - ref|, and the largest part of it beyond per_unit * |ref| and the
+    row's `slack` (a tensor of ref's shape, if given) (NaN where lse is NaN or not finite
+    where ref is)."""
     fin = torch.isfinite(ref)
     if not torch.equal(torch.isfinite(lse), fin) or torch.isnan(lse).any():
         return math.nan, math.nan
     if not fin.any():
         return 0.0, 0.0
     diff = (lse[fin] - ref[fin]).abs()
-    return diff.max().item(), (diff - per_unit * ref[fin].abs()).clamp_min(0.0).max().item()
+    allowed = per_unit * ref[fin].abs() + (0.0 if slack is None else slack[fin])
+    return diff.max().item(), (diff - allowed).clamp_min(0.0).max().item()
+
+
+def fp8_lse_slack(q, k, scale):
+    """[hq, sq]: how far Hopper's FP8 accumulation may move each row's scores, hence its
+    LSE. A k32 wgmma step keeps its products' sum to about 13 bits below the step's largest
+    product and drops the rest, so each of its 32 products may lose up to 2^-13 of that
+    largest one: up to 2^-8 of it per step. Bounded over the row's keys by the per-step
+    maxima of |q| and |k| (dequantised q [sq, hq, d], k [sk, hkv, d]). Rows with outlier
+    channels lose far more than f32 would (about 0.5 on scores of hundreds), rows of
+    N(0,1) inputs about 1e-2."""
+    sq, hq, d = q.shape
+    sk, hkv, _ = k.shape
+    if sq == 0 or sk == 0:
+        return torch.zeros(hq, sq, device=DEV)
+    steps = (d + 31) // 32
+    qmax = F.pad(q.float().abs(), (0, steps * 32 - d)).view(sq, hq, steps, 32).amax(-1).transpose(0, 1)
+    kmax = F.pad(k.float().abs(), (0, steps * 32 - d)).view(sk, hkv, steps, 32).amax(-1).transpose(0, 1)
+    kmax = kmax.repeat_interleave(hq // hkv, 0)  # [hq, sk, steps]
+    return 2.0 ** -8 * scale * (qmax @ kmax.transpose(1, 2)).amax(-1)  # [hq, sq]
 
 
 def randn(*shape, dtype):
@@ -256,10 +278,10 @@ def run_kvcache_dense(name, d, dtype, batch, sq, cache_rows, lengths, hq, hkv, c
     return verdict(name, d, dtype, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]))
 
 
-def verdict(name, d, dtype, o, ref, lse, ref_lse):
+def verdict(name, d, dtype, o, ref, lse, ref_lse, lse_slack=None):
     e = rel_l2(o, ref)
     lse_abs, lse_per_unit = LSE_TOL[dtype]
-    le, excess = lse_err(lse, ref_lse, lse_per_unit)
+    le, excess = lse_err(lse, ref_lse, lse_per_unit, lse_slack)
     ok = (not math.isnan(e)) and e <= O_TOL[dtype] and (not math.isnan(excess)) and excess <= lse_abs
     row = {"case": name, "head_dim": d, "dtype": str(dtype).replace("torch.", ""), "o_rel_l2": e,
            "lse_max_abs": le, "pass": ok}
@@ -604,9 +626,12 @@ def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="rando
                                     return_lse=True, out=out, cache=cache)
     torch.cuda.synchronize()
     scale = 1.0 / math.sqrt(d)
-    refs = [reference_one(dequantise(q[b], qd, b), dequantise(k[b], kd, b), dequantise(v[b], vd, b), scale, causal,
-                          (-1, -1), 0.0, None) for b in range(batch)]
-    return verdict(name, d, E4M3, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]))
+    qs, ks = [dequantise(q[b], qd, b) for b in range(batch)], [dequantise(k[b], kd, b) for b in range(batch)]
+    refs = [reference_one(qs[b], ks[b], dequantise(v[b], vd, b), scale, causal, (-1, -1), 0.0, None)
+            for b in range(batch)]
+    slack = torch.stack([fp8_lse_slack(qs[b], ks[b], scale) for b in range(batch)])
+    return verdict(name, d, E4M3, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]),
+                   slack)
 
 
 def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outliers=False, strided=False,
@@ -633,10 +658,13 @@ def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outl
     torch.cuda.synchronize()
     sq_, sk_ = cu_q.tolist(), cu_k.tolist()
     scale = 1.0 / math.sqrt(d)
-    refs = [reference_one(dequantise(q[sq_[b]:sq_[b + 1]], qd, b), dequantise(k[sk_[b]:sk_[b + 1]], kd, b),
-                          dequantise(v[sk_[b]:sk_[b + 1]], vd, b), scale, causal, (-1, -1), 0.0, None)
+    qs = [dequantise(q[sq_[b]:sq_[b + 1]], qd, b) for b in range(batch)]
+    ks = [dequantise(k[sk_[b]:sk_[b + 1]], kd, b) for b in range(batch)]
+    refs = [reference_one(qs[b], ks[b], dequantise(v[sk_[b]:sk_[b + 1]], vd, b), scale, causal, (-1, -1), 0.0, None)
             for b in range(batch)]
-    return verdict(name, d, E4M3, o, torch.cat([r[0] for r in refs], 0), lse, torch.cat([r[1] for r in refs], 1))
+    slack = torch.cat([fp8_lse_slack(qs[b], ks[b], scale) for b in range(batch)], 1)
+    return verdict(name, d, E4M3, o, torch.cat([r[0] for r in refs], 0), lse, torch.cat([r[1] for r in refs], 1),
+                   slack)
 
 
 def run_fp8_kvcache_dense(name, d, batch, sq, cache_rows, lengths, hq, hkv, causal=False, cache=None):
@@ -648,10 +676,13 @@ def run_fp8_kvcache_dense(name, d, batch, sq, cache_rows, lengths, hq, hkv, caus
                                             causal=causal, return_softmax_lse=True, out=out, cache=cache)
     torch.cuda.synchronize()
     scale = 1.0 / math.sqrt(d)
-    refs = [reference_one(dequantise(q[b], qd, b), dequantise(kc[b, :lengths[b]], kd, b),
-                          dequantise(vc[b, :lengths[b]], vd, b), scale, causal, (-1, -1), 0.0, None)
+    qs = [dequantise(q[b], qd, b) for b in range(batch)]
+    ks = [dequantise(kc[b, :lengths[b]], kd, b) for b in range(batch)]
+    refs = [reference_one(qs[b], ks[b], dequantise(vc[b, :lengths[b]], vd, b), scale, causal, (-1, -1), 0.0, None)
             for b in range(batch)]
-    return verdict(name, d, E4M3, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]))
+    slack = torch.stack([fp8_lse_slack(qs[b], ks[b], scale) for b in range(batch)])
+    return verdict(name, d, E4M3, o, torch.stack([r[0] for r in refs]), lse, torch.stack([r[1] for r in refs]),
+                   slack)
 
 
 def fp8_kernels(cache, d):
