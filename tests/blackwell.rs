@@ -68,11 +68,6 @@ fn probe_source() -> String {
     source + PROBE
 }
 
-/// NVRTC, or `None` after saying the test is skipped.
-fn nvrtc_or_skip() -> Option<Nvrtc> {
-    Nvrtc::load().map_err(|e| eprintln!("skipped: {e}")).ok()
-}
-
 /// The probe compiled with `options`.
 fn compile(nvrtc: &Nvrtc, options: &[String]) -> Result<CompileOutput, CompileFailure> {
     let templates = TemplateSet::embedded();
@@ -102,9 +97,7 @@ fn retarget(options: &[String], from: &str, to: &str) -> Vec<String> {
 /// sm_90a and for sm_100 without the `a`, naming the tcgen05 instructions.
 #[test]
 fn tcgen05_probe_compiles_for_sm100a_only() {
-    let Some(nvrtc) = nvrtc_or_skip() else {
-        return;
-    };
+    let nvrtc = crate::common::nvrtc();
     let sm100a = nvrtc_options(Arch::Sm100);
     let built = compile(&nvrtc, &sm100a).unwrap_or_else(|f| panic!("{f}"));
     assert_eq!(&built.cubin[..4], b"\x7fELF");
@@ -174,9 +167,7 @@ fn instructions(sass: &str) -> Vec<Instruction> {
 /// deallocation. (The load wait and the fences lower to no instruction of their own.)
 #[test]
 fn tcgen05_probe_sass_has_every_instruction() {
-    let Some(nvrtc) = nvrtc_or_skip() else {
-        return;
-    };
+    let nvrtc = crate::common::nvrtc();
     let Some(nvdisasm) = sass::find_nvdisasm() else {
         eprintln!("skipped: no nvdisasm (python3 -m pip install nvidia-cuda-nvdisasm)");
         return;
