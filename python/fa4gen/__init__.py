@@ -659,7 +659,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
                             scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
                             return_softmax_lse=False, sinks=None, ver=3, *, block_table=None, out=None,
-                            cache=None):
+                            cache=None, max_seqlen_k=None):
     """FlashAttention-3's ``flash_attn_with_kvcache`` (as sgl_kernel exports it, the call
     SGLang's FA3 backend makes for extend) on fa4-gen's kernels, for prefill over a cache
     that already holds the new tokens' keys.
@@ -670,7 +670,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     ([batch, max_pages] int32; ``block_table`` is FlashAttention-2's name for it) pages
     [num_pages, page_size, heads_kv, d(_v)]. ``cache_seqlens`` (an int or [batch] int32)
     is each sequence's keys, new tokens included; without it every sequence has all the
-    keys its cache row or page-table row holds. The queries are each sequence's last
+    keys its cache row or page-table row holds. ``max_seqlen_k`` (SGLang's dispatcher
+    passes it on some paths), the most keys of one sequence, bounds the keys read as the
+    rows' width does without it; as in FlashAttention, a sequence with more keys is cut
+    to it. The queries are each sequence's last
     tokens: causal and windows are aligned bottom-right. ``sinks``, ``softcap`` and
     ``window_size`` as in ``flash_attn_varlen_func``. Returns out (q's shape, d_v last) and
     with ``return_softmax_lse`` also the f32 LSE ([batch, heads_q, seqlen_q], or
@@ -720,6 +723,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
         if cache_seqlens < 0:
             raise ValueError("cache_seqlens=%d: a number of keys is at least 0" % cache_seqlens)
         keys, cache_seqlens = min(keys, cache_seqlens), None  # every sequence the same: no tensor needed
+    if max_seqlen_k is not None:
+        if int(max_seqlen_k) < 0:
+            raise ValueError("max_seqlen_k=%d: a number of keys is at least 0" % int(max_seqlen_k))
+        keys = min(keys, int(max_seqlen_k))
     out, lse = _attend(torch, q, k_cache, v_cache, cu_seqlens_q, max_seqlen_q, None, cache_seqlens, page_table,
                        keys, causal, window_size, softcap, sinks, softmax_scale, out, cache,
                        names=("page_table" if cache_batch_idx is None else "cache_batch_idx", "cache_seqlens"),

@@ -112,6 +112,16 @@ class KvcacheCall(unittest.TestCase):
             a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"], cu_seqlens_q=a["cu_seqlens_q"],
             max_seqlen_q=400))
         self.assertEqual((fields["seqused_k"], fields["seqlen_k"], fields["page_size"]), (0, 640, 16))
+        # max_seqlen_k bounds the keys below the rows' width (never above it).
+        for given, read in ((300, 300), (5000, 640)):
+            fields, _, _ = launch(lambda: fa4gen.flash_attn_with_kvcache(
+                a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"], cache_seqlens=a["cache_seqlens"],
+                cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=400, max_seqlen_k=given))
+            self.assertEqual(fields["seqlen_k"], read)
+        with Launches() as rec, self.assertRaisesRegex(ValueError, "max_seqlen_k=-1"):
+            fa4gen.flash_attn_with_kvcache(a["q"], a["k_cache"], a["v_cache"], page_table=a["page_table"],
+                                           cu_seqlens_q=a["cu_seqlens_q"], max_seqlen_q=400, max_seqlen_k=-1)
+        self.assertEqual(rec.calls, [])
 
     def test_dense_cache_with_one_length_for_every_sequence(self):
         q = torch.empty((2, 5, 8, 64), BF16)

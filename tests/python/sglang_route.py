@@ -97,9 +97,10 @@ class RouteBackend(unittest.TestCase):
         with Launches() as rec:
             out, lse = extend_call(module.flash_attn_with_kvcache, sinks=None, score_mod=None, aux_tensors=None,
                                    only_qv=False, rel_bias_prep_cache=None, mask_mod=None, attention_chunk=None,
-                                   ver=3)
+                                   ver=3, max_seqlen_k=450)
         fields, _ = rec.one()
-        self.assertEqual((fields["seqlen_q"], fields["causal"], fields["scale"]), (400, 1, 0.08))
+        self.assertEqual((fields["seqlen_q"], fields["seqlen_k"], fields["causal"], fields["scale"]),
+                         (400, 450, 1, 0.08))
         self.assertEqual((out.shape, lse.shape), ((700, 16, 128), (16, 700)))
         self.assertEqual((CALLED, module.flash_attn_with_kvcache.fallbacks), ([], {}))
 
