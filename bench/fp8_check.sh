@@ -7,6 +7,8 @@
 #   bash bench/fp8_check.sh run     # on the GPU host, carrying .device; results in $OUT/r
 #   bash bench/fp8_check.sh tune    # there too: the tune of the e4m3 specs, then the grid
 #
+# Every mask: e4m3 local windows, built but held back from the shipped cache, are verified
+# (and tuned) here beside causal and unmasked; the cache steps serve the others.
 # run: every e4m3 kernel compiled on the host; `verify` of the defaults; a cache with them
 # (`build-cache`) checked through Python (`fa4gen.check`); the FP8 grid beside cuDNN's
 # FP8 SDPA and our bf16 kernels (bench/peers_fp8.py); then `verify` and `bench` of every

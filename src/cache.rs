@@ -94,9 +94,9 @@ pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
 /// What the cache serves: every dtype and mask at these head dims (all offered, where
 /// none are given), with these feature sets, each from the one template that serves it
 /// ([`TemplateSpace::serves`]). FP8 (e4m3) too, where a template offers it (sm90's
-/// Hopper template, no score features yet). A dtype held back until its defaults pass
-/// `verify` on a GPU (`space::dtype_held_back`; none now) is built only `with_held_back`,
-/// for that check. A head dim no template offers for an arch is
+/// Hopper template, no score features yet). Specs held back until their defaults pass
+/// `verify` on a GPU (`space::awaits_verify`: FP8 with local windows now) are built only
+/// `with_held_back`, for that check. A head dim no template offers for an arch is
 /// an error.
 pub fn specs(
     archs: &[Arch],
@@ -122,7 +122,7 @@ pub fn specs(
     }
     // (no template serves a held-back dtype's specs: kept only when asked for)
     specs.retain(|(t, spec)| {
-        t.serves(spec) || (with_held_back && space::dtype_held_back(spec) && t.supports(spec))
+        t.serves(spec) || (with_held_back && space::awaits_verify(spec) && t.supports(spec))
     });
     Ok(specs)
 }
@@ -471,7 +471,7 @@ pub fn build(
 }
 
 /// `prev` with the specs `built` holds replaced by `built`'s entries: every other spec of
-/// `prev` keeps its entry but a held-back dtype's (a `--held-back` build's, which a later build
+/// `prev` keeps its entry but a held-back spec's (a `--held-back` build's, which a later build
 /// without it drops), and the kernels are those some entry names.
 pub fn merged(prev: &Manifest, built: Manifest) -> Manifest {
     let mut archs = prev.archs.clone();
@@ -479,7 +479,7 @@ pub fn merged(prev: &Manifest, built: Manifest) -> Manifest {
         entry.specs.retain(|_, spec| {
             prev.kernels
                 .get(&spec.default)
-                .is_none_or(|k| !space::dtype_held_back(&k.spec))
+                .is_none_or(|k| !space::awaits_verify(&k.spec))
         });
     }
     for (arch, entry) in built.archs {

@@ -387,11 +387,11 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
         }
     };
     let k = s.kernel;
-    let note = if fa4_gen::space::dtype_held_back(&k.spec) {
+    let note = if fa4_gen::space::awaits_verify(&k.spec) {
         Some(format!(
-            "{} kernels are held back from the shipped cache until every default passes \
+            "{} {} kernels are held back from the shipped cache until every default passes \
              `fa4-gen verify` on a GPU; this cache was built with `build-cache --held-back`, to check them",
-            k.spec.dtype
+            k.spec.dtype, k.spec.mask
         ))
     } else {
         fa4_gen::space::held_back_template(&k.spec).map(|t| {

@@ -38,6 +38,12 @@ pub(super) const HELD_BACK_HEAD_DIMS: &[(u32, u32)] = &[(96, 96)];
 /// candidates), `bench/results/2026-12-06-h100-211c431a-fp8-*`.
 pub(super) const HELD_BACK_DTYPES: &[Dtype] = &[];
 
+/// Masks whose FP8 (e4m3) specs the template builds but the shipped cache does not serve
+/// until `fa4-gen verify` has passed on a GPU, as for a held-back dtype. Local windows:
+/// their masking is the 16-bit kernels' (the same code on S before P is packed), compiled
+/// for every e4m3 tile, not yet run.
+pub(super) const HELD_BACK_FP8_MASKS: &[MaskKind] = &[MaskKind::Local];
+
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
 /// swizzle atom; the QK GEMM steps over the real columns only.
@@ -51,14 +57,21 @@ fn padded_units(cols: u32, dtype: Dtype) -> u32 {
     padded(cols * dtype.size() / 2)
 }
 
-/// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, causal or unmasked,
-/// no score features or pages (traits.cuh asserts the same).
+/// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, any mask (local
+/// windows held back, [`HELD_BACK_FP8_MASKS`]), no score features or pages (traits.cuh
+/// asserts the same).
 pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
     !spec.dtype.is_fp8()
         || ([64, 128, 256].contains(&spec.head_dim)
             && spec.head_dim_v == spec.head_dim
-            && spec.mask != MaskKind::Local
             && spec.features == fa4_spec::Features::default())
+}
+
+/// Whether the template builds `spec` but the shipped cache waits for `fa4-gen verify` on
+/// a GPU before serving it: a held-back dtype, or an FP8 spec of a held-back mask.
+pub(super) fn awaits_verify(spec: &KernelSpec) -> bool {
+    HELD_BACK_DTYPES.contains(&spec.dtype)
+        || (spec.dtype.is_fp8() && HELD_BACK_FP8_MASKS.contains(&spec.mask))
 }
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];

@@ -138,7 +138,7 @@ impl TemplateSpace for Template {
 pub fn serving_template(spec: &KernelSpec) -> Template {
     if Template::Hopper.supports(spec)
         && !hopper::HELD_BACK_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
-        && !hopper::HELD_BACK_DTYPES.contains(&spec.dtype)
+        && !hopper::awaits_verify(spec)
     {
         Template::Hopper
     } else {
@@ -154,10 +154,11 @@ pub fn held_back_template(spec: &KernelSpec) -> Option<Template> {
         .then_some(Template::Hopper)
 }
 
-/// Whether `spec`'s dtype is built but held back from the shipped cache
-/// (`build-cache --held-back` builds it all the same).
-pub fn dtype_held_back(spec: &KernelSpec) -> bool {
-    hopper::HELD_BACK_DTYPES.contains(&spec.dtype)
+/// Whether `spec` is built but held back from the shipped cache until `fa4-gen verify`
+/// passes on a GPU (a held-back dtype, or FP8 with local windows; `build-cache
+/// --held-back` builds them all the same, for that check).
+pub fn awaits_verify(spec: &KernelSpec) -> bool {
+    hopper::awaits_verify(spec)
 }
 
 /// Why a config was set aside.

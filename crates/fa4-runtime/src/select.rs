@@ -513,10 +513,12 @@ impl KernelCache {
                 q.mask.name(),
                 q.features.name()
             ),
-            fix: if q.dtype.is_fp8()
-                && (q.mask == MaskKind::Local || q.features != Features::default())
-            {
-                "e4m3 kernels are causal or unmasked, without sinks, softcap or paged K/V"
+            fix: if q.dtype.is_fp8() && q.features != Features::default() {
+                "e4m3 kernels are causal, unmasked or local, without sinks, softcap or paged K/V"
+            } else if q.dtype.is_fp8() && q.mask == MaskKind::Local {
+                "e4m3 local windows are held back from the shipped cache until `fa4-gen verify` \
+                 passes on a GPU: drop the window, or build a cache to check them with \
+                 `fa4-gen build-cache --held-back`"
             } else {
                 "build it with `fa4-gen build-cache --features all`"
             },

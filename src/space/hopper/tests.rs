@@ -825,7 +825,7 @@ fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone
         (64, MaskKind::Causal, Features::default(), true),
         (256, MaskKind::None, Features::default(), true),
         (96, MaskKind::Causal, Features::default(), false),
-        (128, MaskKind::Local, Features::default(), false),
+        (128, MaskKind::Local, Features::default(), true),
         (
             128,
             MaskKind::Causal,
@@ -850,4 +850,36 @@ fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone
     // The 16-bit specs stay as they were.
     let bf16 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 96, MaskKind::Local);
     assert!(Template::Hopper.supports(&bf16) && Template::Portable.supports(&bf16));
+}
+
+#[test]
+fn fp8_local_windows_are_built_and_held_back_until_a_gpu_verifies_them() {
+    for d in [64, 128, 256] {
+        let local = KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, MaskKind::Local);
+        assert!(Template::Hopper.supports(&local));
+        assert!(super::super::awaits_verify(&local));
+        assert!(!Template::Hopper.serves(&local) && !Template::Portable.serves(&local));
+        assert_eq!(
+            super::super::held_back_template(&local),
+            Some(Template::Hopper)
+        );
+        // The causal spec's tiles, kept and set aside alike (the window changes no
+        // footprint), the default among those kept.
+        let causal = KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, MaskKind::Causal);
+        let all = candidates(&local);
+        assert_eq!(all, candidates(&causal));
+        assert!(check(&local, &default_config(&local)).is_ok());
+        for c in &all {
+            let (l, k) = (check(&local, c), check(&causal, c));
+            assert_eq!(l.is_ok(), k.is_ok(), "d{d} {}", c.tag());
+            assert_eq!(l.err().map(|r| r.kind), k.err().map(|r| r.kind));
+        }
+        // Causal and unmasked e4m3 specs are served as before; bf16 windows too.
+        for mask in [MaskKind::Causal, MaskKind::None] {
+            let served = KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, mask);
+            assert!(Template::Hopper.serves(&served) && !super::super::awaits_verify(&served));
+        }
+        let bf16 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, d, MaskKind::Local);
+        assert!(Template::Hopper.serves(&bf16) && !super::super::awaits_verify(&bf16));
+    }
 }

@@ -390,7 +390,21 @@ fn e4m3_problems_without_e4m3_kernels_are_named() {
     assert!(
         e.to_string().contains(
             "e4m3 causal mask with features paged is not in this cache for sm90 d128; \
-             e4m3 kernels are causal or unmasked, without sinks, softcap or paged K/V"
+             e4m3 kernels are causal, unmasked or local, without sinks, softcap or paged K/V"
+        ),
+        "{e}"
+    );
+    let e = cache
+        .select(&Query {
+            mask: MaskKind::Local,
+            window: (128, 0),
+            ..e4m3(query(128, 512))
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "e4m3 local mask with features none is not in this cache for sm90 d128; e4m3 local \
+             windows are held back from the shipped cache until `fa4-gen verify` passes"
         ),
         "{e}"
     );
