@@ -120,7 +120,7 @@ pub fn specs(
         Err(space::SelectionError::Dtype { .. }) => {} // none offered among these
         Err(e) => return Err(e),
     }
-    // (no template serves a held-back dtype's specs: kept only when asked for)
+    // (no template serves a held-back spec: kept only when asked for)
     specs.retain(|(t, spec)| {
         t.serves(spec) || (with_held_back && space::awaits_verify(spec) && t.supports(spec))
     });

@@ -668,17 +668,19 @@ fn fp8_kernels_are_shipped_for_sm90_alone() {
         && s.arch == Arch::Sm90
         && s.features == Features::default()));
     assert_eq!(fa4_gen::space::held_back_template(&fp8[0].1), None);
-    // Held back until a GPU verifies them: e4m3 local windows, which a `--held-back`
-    // build adds (d64, d128, d256), and nothing else.
+    // Held back until a GPU verifies them: e4m3 local windows and sinks, which a
+    // `--held-back` build adds (d64, d128, d256: local; every mask with sinks), and
+    // nothing else.
     let with_held_back = cache::specs(&archs, &[], &Features::ALL, true).unwrap();
     let added: Vec<_> = with_held_back
         .iter()
         .filter(|x| !shipped.contains(x))
         .collect();
-    assert_eq!(added.len(), 3, "{added:?}");
+    assert_eq!(added.len(), 3 + 3 * 3, "{added:?}");
     assert!(added.iter().all(|(t, s)| *t == Template::Hopper
         && s.dtype == Dtype::E4m3
-        && s.mask == MaskKind::Local
-        && s.features == Features::default()
+        && (s.mask == MaskKind::Local || s.features.sinks)
+        && !s.features.softcap
+        && !s.features.paged_kv
         && fa4_gen::space::awaits_verify(s)));
 }

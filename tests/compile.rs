@@ -173,7 +173,7 @@ fn fp8_defaults_compile_on_sm90_and_fp8_elsewhere_is_refused() {
     }
     for bad in [
         &["--arch", "sm80"][..],
-        &["--arch", "sm90", "--features", "sinks"],
+        &["--arch", "sm90", "--features", "softcap"],
     ] {
         let mut args = vec!["compile", "--dtype", "e4m3", "--default-only", "-q"];
         args.extend_from_slice(bad);

@@ -44,6 +44,10 @@ pub(super) const HELD_BACK_DTYPES: &[Dtype] = &[];
 /// for every e4m3 tile, not yet run.
 pub(super) const HELD_BACK_FP8_MASKS: &[MaskKind] = &[MaskKind::Local];
 
+/// Likewise for FP8 specs with sinks: the sink's term joins the row sum with P's 2^8
+/// shift (fragments.cuh's finalize), compiled for every e4m3 tile, not yet run.
+pub(super) const HELD_BACK_FP8_SINKS: bool = true;
+
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
 /// swizzle atom; the QK GEMM steps over the real columns only.
@@ -57,21 +61,25 @@ fn padded_units(cols: u32, dtype: Dtype) -> u32 {
     padded(cols * dtype.size() / 2)
 }
 
-/// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, any mask (local
-/// windows held back, [`HELD_BACK_FP8_MASKS`]), no score features or pages (traits.cuh
-/// asserts the same).
+/// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, any mask, sinks
+/// (local windows and sinks held back: [`HELD_BACK_FP8_MASKS`], [`HELD_BACK_FP8_SINKS`]),
+/// no softcap or pages (traits.cuh asserts the same).
 pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
     !spec.dtype.is_fp8()
         || ([64, 128, 256].contains(&spec.head_dim)
             && spec.head_dim_v == spec.head_dim
-            && spec.features == fa4_spec::Features::default())
+            && !spec.features.softcap
+            && !spec.features.paged_kv)
 }
 
 /// Whether the template builds `spec` but the shipped cache waits for `fa4-gen verify` on
-/// a GPU before serving it: a held-back dtype, or an FP8 spec of a held-back mask.
+/// a GPU before serving it: a held-back dtype, or an FP8 spec of a held-back mask or with
+/// held-back sinks.
 pub(super) fn awaits_verify(spec: &KernelSpec) -> bool {
     HELD_BACK_DTYPES.contains(&spec.dtype)
-        || (spec.dtype.is_fp8() && HELD_BACK_FP8_MASKS.contains(&spec.mask))
+        || (spec.dtype.is_fp8()
+            && (HELD_BACK_FP8_MASKS.contains(&spec.mask)
+                || (HELD_BACK_FP8_SINKS && spec.features.sinks)))
 }
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];

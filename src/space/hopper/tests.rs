@@ -833,6 +833,24 @@ fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone
                 sinks: true,
                 ..Features::default()
             },
+            true,
+        ),
+        (
+            128,
+            MaskKind::Causal,
+            Features {
+                softcap: true,
+                ..Features::default()
+            },
+            false,
+        ),
+        (
+            64,
+            MaskKind::None,
+            Features {
+                paged_kv: true,
+                ..Features::default()
+            },
             false,
         ),
     ] {
@@ -853,26 +871,36 @@ fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone
 }
 
 #[test]
-fn fp8_local_windows_are_built_and_held_back_until_a_gpu_verifies_them() {
+fn fp8_local_windows_and_sinks_are_built_and_held_back_until_a_gpu_verifies_them() {
+    let sinks = Features {
+        sinks: true,
+        ..Features::default()
+    };
     for d in [64, 128, 256] {
         let local = KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, MaskKind::Local);
-        assert!(Template::Hopper.supports(&local));
-        assert!(super::super::awaits_verify(&local));
-        assert!(!Template::Hopper.serves(&local) && !Template::Portable.serves(&local));
-        assert_eq!(
-            super::super::held_back_template(&local),
-            Some(Template::Hopper)
-        );
-        // The causal spec's tiles, kept and set aside alike (the window changes no
-        // footprint), the default among those kept.
         let causal = KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, MaskKind::Causal);
-        let all = candidates(&local);
-        assert_eq!(all, candidates(&causal));
-        assert!(check(&local, &default_config(&local)).is_ok());
-        for c in &all {
-            let (l, k) = (check(&local, c), check(&causal, c));
-            assert_eq!(l.is_ok(), k.is_ok(), "d{d} {}", c.tag());
-            assert_eq!(l.err().map(|r| r.kind), k.err().map(|r| r.kind));
+        let causal_sinks = KernelSpec {
+            features: sinks,
+            ..causal
+        };
+        for held in [local, causal_sinks] {
+            assert!(Template::Hopper.supports(&held));
+            assert!(super::super::awaits_verify(&held));
+            assert!(!Template::Hopper.serves(&held) && !Template::Portable.serves(&held));
+            assert_eq!(
+                super::super::held_back_template(&held),
+                Some(Template::Hopper)
+            );
+            // The plain causal spec's tiles, kept and set aside alike (neither the window
+            // nor the sinks change a footprint), the default among those kept.
+            let all = candidates(&held);
+            assert_eq!(all, candidates(&causal));
+            assert!(check(&held, &default_config(&held)).is_ok());
+            for c in &all {
+                let (h, k) = (check(&held, c), check(&causal, c));
+                assert_eq!(h.is_ok(), k.is_ok(), "d{d} {}", c.tag());
+                assert_eq!(h.err().map(|r| r.kind), k.err().map(|r| r.kind));
+            }
         }
         // Causal and unmasked e4m3 specs are served as before; bf16 windows too.
         for mask in [MaskKind::Causal, MaskKind::None] {
