@@ -47,9 +47,8 @@ O_TOL = {torch.bfloat16: 4e-3, torch.float16: 1e-3}  # as `fa4-gen verify`
 E4M3 = getattr(torch, "float8_e4m3fn", None)
 if E4M3 is not None:
     O_TOL[E4M3] = 3e-2  # e4m3 inputs and P
-# LSE bounds: (absolute, per unit of |LSE|), as `fa4-gen verify` (lse_bound) for 16-bit
-# inputs. e4m3 cases add each row's FP8 accumulation slack to the absolute part instead
-# (fp8_lse_slack).
+# LSE bounds as `fa4-gen verify`'s (lse_bound): (absolute, per unit of |LSE|); e4m3 cases
+# add each row's FP8 accumulation slack (fp8_lse_slack, the reference kernel's bound).
 LSE_TOL = {torch.bfloat16: (1e-3, 0.0), torch.float16: (1e-3, 0.0)}
 if E4M3 is not None:
     LSE_TOL[E4M3] = (3e-2, 0.0)

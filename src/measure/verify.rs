@@ -48,28 +48,34 @@ fn reference_dtype(dtype: Dtype) -> i32 {
 pub const LSE_TOLERANCE: f64 = 1e-3;
 
 /// How far a kernel's LSE may sit from the reference's: `abs` plus `per_unit` for each
-/// unit of |LSE|.
+/// unit of |LSE|, plus, with `fp8_slack`, each row's FP8 accumulation slack (the
+/// reference kernel's: 2^-8 x scale x the largest sum over k32 steps of max|q| x max|k|).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LseBound {
     pub abs: f64,
     pub per_unit: f64,
+    pub fp8_slack: bool,
 }
 
 /// The LSE bound per dtype. FP8's scores come from the tensor cores' FP8 products, which
-/// Hopper sums per k32 step at about 13 bits below the step's largest product, so the
-/// error grows with the scores: 1e-5 to 2.5e-3 on N(0,1) inputs with descales up to 2
-/// (|LSE| about 10), up to 7e-2 on the outlier cases (channels x 20, |LSE| 100 to 500),
-/// where a model of that summation predicts up to 6e-4 of |LSE| (H100, verify of every
-/// FP8 tile). A descale or mask gone wrong moves it by whole units.
+/// Hopper sums per k32 step at about 13 bits below the step's largest product and
+/// truncates the rest: a row's scores, and so its LSE, move together by up to 2^-8 of
+/// the steps' largest products (1e-5 to 2.5e-3 on N(0,1) inputs with descales up to 2;
+/// up to 7e-2 on verify's outlier cases, one channel x 20 in each k32 step; 0.39 and 0.64
+/// on fa4gen.check's, four channels x 20 anywhere; H100). So e4m3 rows get that slack
+/// beside 3e-2, as in fa4gen.check; a descale or mask gone wrong moves the LSE by whole
+/// units.
 pub fn lse_bound(dtype: Dtype) -> LseBound {
     match dtype {
         Dtype::Bf16 | Dtype::Fp16 => LseBound {
             abs: LSE_TOLERANCE,
             per_unit: 0.0,
+            fp8_slack: false,
         },
         Dtype::E4m3 => LseBound {
             abs: 3e-2,
-            per_unit: 1e-3,
+            per_unit: 0.0,
+            fp8_slack: true,
         },
     }
 }
@@ -202,8 +208,8 @@ pub struct CaseResult {
     pub o_rel_l2: f64,
     pub o_max_abs: f64,
     pub lse_max_abs: f64,
-    /// The largest LSE error beyond the bound's share of |LSE| (`lse_bound`); equal to
-    /// `lse_max_abs` where that share is 0.
+    /// The largest LSE error beyond the bound's share of |LSE| and the row's FP8 slack
+    /// (`lse_bound`); equal to `lse_max_abs` where both are 0.
     #[serde(default)]
     pub lse_max_excess: f64,
     pub o_nan_or_unwritten: u64,
@@ -251,6 +257,9 @@ pub fn run_case(
     let launch_args = problem.launch_args();
     let o_ref = gpu.alloc::<f32>((layout.rows * layout.row_elems) as usize)?;
     let lse_ref = gpu.alloc::<f32>(layout.lse_logical as usize)?;
+    // Each row's FP8 accumulation slack, which the reference writes for e4m3 inputs (zeros
+    // stay for 16-bit ones and for rows it does not write).
+    let lse_slack = gpu.to_device(&vec![0f32; layout.lse_logical as usize])?;
     let sums = gpu.to_device(&[0f64; 2])?;
     let counts = gpu.to_device(&[0u64; 5])?;
     let maxima = gpu.to_device(&[0u32; 3])?;
@@ -305,8 +314,8 @@ pub fn run_case(
         let descale = DescalesArg(problem.descale);
         let (hd, hdv, paged) = (d as i32, dv as i32, spec.features.paged_kv as i32);
         // SAFETY: reference_attention(FwdParams, int dtype, int mask_kind, int paged,
-        // int, int, Descales, float*, float*); o_ref and lse_ref hold rows*heads*dv and
-        // heads*rows floats; the descales [batch, heads_kv] floats where set.
+        // int, int, Descales, float*, float*, float*); o_ref holds rows*heads*dv floats,
+        // lse_ref and lse_slack heads*rows; the descales [batch, heads_kv] floats where set.
         unsafe {
             stream
                 .launch_builder(reference)
@@ -319,6 +328,7 @@ pub fn run_case(
                 .arg(&descale)
                 .arg(&o_ref)
                 .arg(&lse_ref)
+                .arg(&lse_slack)
                 .launch(cfg)
         }
         .map_err(driver("cuLaunchKernel(reference_attention)"))?;
@@ -375,6 +385,7 @@ pub fn run_case(
             .launch_builder(&support.compare_lse)
             .arg(&problem.lse)
             .arg(&lse_ref)
+            .arg(&lse_slack)
             .arg(&layout.lse_logical)
             .arg(&layout.lse_alloc)
             .arg(&LSE_GUARD)
@@ -461,6 +472,8 @@ fn judge(r: &CaseResult) -> Option<String> {
     if r.lse_max_abs.is_nan() || r.lse_max_excess.is_nan() || r.lse_max_excess > lse.abs {
         let bound = if lse.per_unit > 0.0 {
             format!("{:.0e} + {:.0e} x |LSE|", lse.abs, lse.per_unit)
+        } else if lse.fp8_slack {
+            format!("{:.0e} + the row's FP8 accumulation slack", lse.abs)
         } else {
             format!("{:.0e}", lse.abs)
         };

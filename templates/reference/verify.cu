@@ -177,10 +177,11 @@ extern "C" __global__ void fill_u32(u32* out, u64 n, u64 n_logical, u32 poison, 
 // the params); soft-capping when params.softcap > 0; sink logits when params.sinks is
 // set; paged: K/V through the page table. Writes O in f32 as [token rows, heads_q,
 // head_dim_v] (token row b * seqlen_q + t, or cu_seqlens_q[b] + t) and LSE in the
-// kernels' layout (see FwdParams).
+// kernels' layout (see FwdParams). e4m3: also each row's FP8 accumulation slack at its LSE's
+// place in `lse_slack` (fp8_slack; 0 for 16-bit inputs, where nothing is written).
 extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdParams p, int dtype, int mask_kind,
                                                int paged, int head_dim, int head_dim_v, Descales descale,
-                                               float* o_ref, float* lse_ref) {
+                                               float* o_ref, float* lse_ref, float* lse_slack) {
     const int row = blockIdx.x;
     const int head = blockIdx.y;
     const int b = blockIdx.z;
@@ -228,17 +229,38 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
     }
     if (hi < lo) hi = lo;
 
-    float mx = fa4::neg_inf();
+    // FP8 accumulation slack: Hopper's QGMMA sums each k32 step's products about 13 bits
+    // below the step's largest and drops the rest, so a score may lose up to 2^-8 of that
+    // largest product per step. Bounded per key by the step maxima of |q| and |k|; the
+    // row's slack is the largest over its keys, times the softmax scale (fa4gen.check's
+    // fp8_lse_slack is the same bound).
+    const bool fp8 = dtype == kE4m3;
+    float q_step_max[8];  // head dims up to 256: 8 k32 steps
+    for (int st = 0; st < 8; ++st) {
+        q_step_max[st] = 0.f;
+        for (int d = st * 32; fp8 && d < min(head_dim, st * 32 + 32); ++d) q_step_max[st] = fmaxf(q_step_max[st], fabsf(q[d]));
+    }
+    float mx = fa4::neg_inf(), slack = 0.f;
     for (int j = lo + threadIdx.x; j < hi; j += blockDim.x) {
         const i64 kr = key_row(p.k_batch_stride, p.k_row_stride, p.k_head_stride, j);
-        float dot = 0.f;
-        for (int d = 0; d < head_dim; ++d) dot += q[d] * (load_input(p.k, kr + d, dtype) * k_scale);
+        float dot = 0.f, key_slack = 0.f, k_step_max = 0.f;
+        for (int d = 0; d < head_dim; ++d) {
+            const float k = load_input(p.k, kr + d, dtype) * k_scale;
+            dot += q[d] * k;
+            k_step_max = fmaxf(k_step_max, fabsf(k));
+            if (d % 32 == 31 || d == head_dim - 1) {
+                key_slack += q_step_max[d / 32] * k_step_max;
+                k_step_max = 0.f;
+            }
+        }
+        slack = fmaxf(slack, key_slack);
         float s = dot * p.softmax_scale;
         if (p.softcap > 0.f) s = p.softcap * tanhf(s / p.softcap);
         score[j] = s;
         mx = fmaxf(mx, s);
     }
     mx = block_max(mx, scratch);
+    if (fp8) slack = block_max(slack, scratch) * 0x1p-8f * fabsf(p.softmax_scale);
     const float sink = p.sinks != nullptr ? p.sinks[head] : fa4::neg_inf();
     const float top = fmaxf(mx, sink);
     float sum = 0.f;
@@ -263,6 +285,7 @@ extern "C" __global__ void reference_attention(const __grid_constant__ fa4::FwdP
         const bool any = hi > lo || p.sinks != nullptr;
         const i64 lse_at = (varlen_q ? i64(p.cu_seqlens_q[b]) : b * p.lse_batch_stride) + head * p.lse_head_stride + row;
         lse_ref[lse_at] = any ? top + logf(sum) : fa4::neg_inf();
+        if (fp8) lse_slack[lse_at] = slack;
     }
 }
 
@@ -315,9 +338,10 @@ extern "C" __global__ void compare_output(const u16* o, int is_bf16, u64 rows, u
 }
 
 // maxima[1]: the largest |lse - ref|; maxima[2]: the largest part of it beyond
-// per_unit * |ref| (the allowance that grows with the scores, for FP8's products).
-extern "C" __global__ void compare_lse(const float* lse, const float* lse_ref, u64 n, u64 alloc, u32 guard,
-                                       float per_unit, u64* counts, u32* maxima) {
+// per_unit * |ref| and the row's `slack` (FP8's accumulation slack, reference_attention's;
+// zeros for 16-bit inputs).
+extern "C" __global__ void compare_lse(const float* lse, const float* lse_ref, const float* slack, u64 n, u64 alloc,
+                                       u32 guard, float per_unit, u64* counts, u32* maxima) {
     u64 nan = 0, inf_mismatch = 0, guard_bad = 0;
     float max_diff = 0.f, max_excess = 0.f;
     for (u64 i = global_thread(); i < alloc; i += grid_threads()) {
@@ -334,7 +358,7 @@ extern "C" __global__ void compare_lse(const float* lse, const float* lse_ref, u
         } else {
             const float diff = fabsf(ours - ref);
             max_diff = fmaxf(max_diff, diff);
-            max_excess = fmaxf(max_excess, diff - per_unit * fabsf(ref));
+            max_excess = fmaxf(max_excess, diff - per_unit * fabsf(ref) - slack[i]);
         }
     }
     for (int s = 16; s > 0; s >>= 1) {
