@@ -527,7 +527,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         return reject(
             RejectKind::Shape,
             format!(
-                "{} is offered at head dims 64, 128 and 256, causal or unmasked, without score features or pages",
+                "{} is offered at head dims 64, 128 and 256, any mask, with or without sinks, without softcap or pages",
                 spec.dtype
             ),
         );

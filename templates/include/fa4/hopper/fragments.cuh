@@ -113,8 +113,17 @@ struct IsNoTurn<NoTurn> {
     static constexpr bool value = true;
 };
 
+// Each thread's share of the rounding of its block tops (RescalingSoftmax's kFixTop);
+// nothing at all where the softmax does not fix its tops, so those kernels' code stays.
+template <bool kFixTop>
+struct TopRounding {};
+template <>
+struct TopRounding<true> {
+    float row_fix[2];
+};
+
 template <int kNTiles, bool kLazy, int kExp2EmuEvery = 0, int kPShiftLog2 = 0>
-struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
+struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShiftLog2 != 0> {
     using OnlineSoftmax<1, kNTiles>::row_max;
     using OnlineSoftmax<1, kNTiles>::row_sum;
 
@@ -123,18 +132,42 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     // small p cost O 2.6e-2 of relative error against 1e-2 (H100, the first FP8 verify).
     static constexpr float kLazyLimitLog2 = kLazyRescaleLog2 - float(kPShiftLog2);
 
+    // FP8 with lazy rescaling: a row's largest p sits at 2^kPShiftLog2 only while its max
+    // is fresh; under a kept max it is 2^(shift + d) for some d in (0, limit], which e4m3
+    // rounds by up to 2^-4. O's weights are then that rounded p but the sum is not, and on
+    // rows one key dominates O was off by the whole rounding (O error 3.0e-2 against
+    // 2.1e-2 without lazy, H100 verify of every e4m3 config). So each thread adds its block
+    // top's rounding to row_fix, and O is normalised by the sum of the p the PV GEMM read;
+    // the LSE keeps the exact sum.
+    static constexpr bool kFixTop = kLazy && kPShiftLog2 != 0;
+
+    __device__ __forceinline__ void init() {
+        OnlineSoftmax<1, kNTiles>::init();
+        if constexpr (kFixTop) this->row_fix[0] = this->row_fix[1] = 0.f;
+    }
+
     static __device__ __forceinline__ bool emulated(int nt) {
         return kExp2EmuEvery > 0 && nt % kExp2EmuEvery == kExp2EmuEvery - 1;
     }
 
     // Row h's new maximum over the first kLiveTiles fragments: sets o_scale[h] (and
     // `rescales` where it differs from 1) and returns the offset its exponentials subtract.
+    // (kFixTop: `block_top` gets the thread's largest score of the block.)
     template <int kLiveTiles>
     __device__ __forceinline__ float row_offset(int h, const float (&s)[1][kNTiles][4], float scale_log2,
-                                                float (&o_scale)[2], bool& rescales) {
-        float mx = row_max[h];
+                                                float (&o_scale)[2], bool& rescales, float& block_top) {
+        float mx;
+        if constexpr (kFixTop) {
+            block_top = neg_inf();
 #pragma unroll
-        for (int nt = 0; nt < kLiveTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+            for (int nt = 0; nt < kLiveTiles; ++nt)
+                block_top = fmaxf(block_top, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+            mx = fmaxf(row_max[h], block_top);
+        } else {
+            mx = row_max[h];
+#pragma unroll
+            for (int nt = 0; nt < kLiveTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+        }
         mx = quad_max(mx);
         // From -inf the difference is +inf (or NaN while every key so far was masked):
         // the row takes the new max.
@@ -158,7 +191,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     // returns the block's row sum.
     template <int kLiveTiles>
     __device__ __forceinline__ float row_exps(int h, float (&s)[1][kNTiles][4], float scale_log2, float offset,
-                                              const float (&o_scale)[2]) {
+                                              const float (&o_scale)[2], float block_top) {
         float sum = 0.f;
         // FP8: p scaled by 2^kPShiftLog2 (traits.cuh); the sum with it, so O's factor is
         // unchanged and only the LSE takes it out (finalize).
@@ -174,6 +207,11 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
             }
         }
         row_sum[h] = row_sum[h] * o_scale[h] + sum;
+        if constexpr (kFixTop) {
+            // An all-masked share has block_top -inf: p_top 0, nothing to add.
+            const float p_top = exp2_approx(fmaf(block_top, scale_log2, -offset));
+            this->row_fix[h] = this->row_fix[h] * o_scale[h] + (round_e4m3(p_top) - p_top);
+        }
         return sum;
     }
 
@@ -197,16 +235,18 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
         if constexpr (IsNoTurn<Turn>::value) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float offset = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales);
-                row_exps<kLiveTiles>(h, s, scale_log2, offset, o_scale);
+                float block_top;
+                const float offset = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales, block_top);
+                row_exps<kLiveTiles>(h, s, scale_log2, offset, o_scale, block_top);
             }
         } else {
-            float offset[2], sums[2];
+            float offset[2], sums[2], block_top[2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) offset[h] = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales);
+            for (int h = 0; h < 2; ++h)
+                offset[h] = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales, block_top[h]);
             turn.before(offset);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], o_scale);
+            for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], o_scale, block_top[h]);
             turn.after(sums[0], sums[1]);
         }
         return rescales;
@@ -234,7 +274,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
         float sums[2];
         turn.before(offset);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], keep);
+        for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], keep, neg_inf());
         turn.after(sums[0], sums[1]);
     }
 
@@ -259,7 +299,13 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
             const float sink_top = kPShiftLog2 != 0 ? top - float(kPShiftLog2) : top;
             const float total = kSinks ? keys * sum + exp2_approx(sink_log2 - sink_top) : sum;
             const bool any = top != neg_inf();
-            o_scale[h] = any ? keys * rcp_approx(total) : 0.f;
+            if constexpr (kFixTop) {
+                // O over the sum of the p it was built from (row_fix); the LSE over the exact one
+                const float read_total = total + keys * quad_sum(this->row_fix[h]);
+                o_scale[h] = any ? keys * rcp_approx(read_total) : 0.f;
+            } else {
+                o_scale[h] = any ? keys * rcp_approx(total) : 0.f;
+            }
             if constexpr (kPShiftLog2 != 0) {
                 lse[h] = any ? (top + lg2_approx(total) - float(kPShiftLog2)) * kLn2 : neg_inf();
             } else {
