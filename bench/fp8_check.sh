@@ -53,7 +53,7 @@ begin() {
 # A cache of the e4m3 kernels from the export $1, checked through Python, then the FP8 grid
 # beside cuDNN's FP8 SDPA and our bf16 kernels.
 grid() {
-    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none \
+    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none,sinks \
         --tuning-db "$1" --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen

@@ -95,7 +95,7 @@ pub fn donor(spec: &KernelSpec) -> Option<KernelSpec> {
 /// none are given), with these feature sets, each from the one template that serves it
 /// ([`TemplateSpace::serves`]). FP8 (e4m3) too, where a template offers it (sm90's
 /// Hopper template, no score features yet). Specs held back until their defaults pass
-/// `verify` on a GPU (`space::awaits_verify`: FP8 with local windows now) are built only
+/// `verify` on a GPU (`space::awaits_verify`: none now) are built only
 /// `with_held_back`, for that check. A head dim no template offers for an arch is
 /// an error.
 pub fn specs(

@@ -12,8 +12,8 @@ captured in a CUDA graph and replayed on new inputs, and a call from another thr
 is poisoned (NaN) before the call, so a row the kernel skips fails.
 
 FP8 (group ``fp8``): e4m3 q/k/v with FlashAttention-3's descales (random per sequence and
-KV head, None, per-tensor expanded, strided), dense and varlen, causal and unmasked, GQA,
-inputs with outlier channels; O (bf16) against f32 attention on the dequantised inputs
+KV head, None, per-tensor expanded, strided), dense and varlen, causal, unmasked and
+local windows, sinks, GQA, inputs with outlier channels; O (bf16) against f32 attention on the dequantised inputs
 (e4m3 value x descale), relative L2 error at most 3e-2, LSE within 3e-2; and the FP8
 argument errors. Without e4m3 kernels in the cache its numeric cases are skipped.
 
@@ -616,29 +616,31 @@ def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False):
     return [quantise(x) for x in xs] + ds
 
 
-def fp8_verdict(name, d, o, lse, seqs, causal, packed=False):
+def fp8_verdict(name, d, o, lse, seqs, causal, packed=False, window=(-1, -1), sinks=None):
     """verdict of an e4m3 call: `seqs` holds each sequence's dequantised (q, k, v), whose
     f32 reference and FP8 LSE slack are joined as the call lays out its rows (`packed`:
     one after another, else stacked by sequence)."""
     scale = 1.0 / math.sqrt(d)
-    refs = [reference_one(q, k, v, scale, causal, (-1, -1), 0.0, None) for q, k, v in seqs]
+    refs = [reference_one(q, k, v, scale, causal, window, 0.0, sinks) for q, k, v in seqs]
     slack = [fp8_lse_slack(q, k, scale) for q, k, _ in seqs]
     rows, heads = ((lambda x: torch.cat(x, 0)), (lambda x: torch.cat(x, 1))) if packed else (torch.stack, torch.stack)
     return verdict(name, d, E4M3, o, rows([r[0] for r in refs]), lse, heads([r[1] for r in refs]), heads(slack))
 
 
-def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="random", outliers=False, cache=None):
+def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="random", outliers=False, window=(-1, -1),
+                  sinks=False, cache=None):
     q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers)
+    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
     out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
-    o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
-                                    return_lse=True, out=out, cache=cache)
+    o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sink_t, q_descale=qd,
+                                    k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
     torch.cuda.synchronize()
     seqs = [(dequantise(q[b], qd, b), dequantise(k[b], kd, b), dequantise(v[b], vd, b)) for b in range(batch)]
-    return fp8_verdict(name, d, o, lse, seqs, causal)
+    return fp8_verdict(name, d, o, lse, seqs, causal, window=window, sinks=sink_t)
 
 
 def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outliers=False, strided=False,
-                   cache=None):
+                   window=(-1, -1), sinks=False, cache=None):
     """A packed e4m3 batch through flash_attn_varlen_func; with ``strided`` Q, K and V are
     views into one [tokens, 3, heads, d] buffer; ``descales`` may also be "mixed" (q's
     expanded per-tensor, k's a transposed view, v's contiguous: strides that differ)."""
@@ -654,15 +656,16 @@ def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outl
         qd = torch.full((1,), 0.75, device=DEV).expand(batch, hkv)
         kd = kd.t().contiguous().t()
     cu_q, cu_k = cu([s for s, _ in seqs]), cu([s for _, s in seqs])
+    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
     out = torch.full((total_q, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
     o, lse = fa4gen.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
-                                           causal=causal, q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True,
-                                           out=out, cache=cache)
+                                           causal=causal, window_size=window, sinks=sink_t, q_descale=qd,
+                                           k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
     torch.cuda.synchronize()
     sq_, sk_ = cu_q.tolist(), cu_k.tolist()
     seqs = [(dequantise(q[sq_[b]:sq_[b + 1]], qd, b), dequantise(k[sk_[b]:sk_[b + 1]], kd, b),
              dequantise(v[sk_[b]:sk_[b + 1]], vd, b)) for b in range(batch)]
-    return fp8_verdict(name, d, o, lse, seqs, causal, packed=True)
+    return fp8_verdict(name, d, o, lse, seqs, causal, packed=True, window=window, sinks=sink_t)
 
 
 def run_fp8_kvcache_dense(name, d, batch, sq, cache_rows, lengths, hq, hkv, causal=False, cache=None):
@@ -720,6 +723,13 @@ def fp8_cases(cache, head_dims):
                            causal=True, cache=cache),
             run_fp8_kvcache_dense("e4m3 kvcache dense causal, lengths per sequence", d, 3, 77, 600, [600, 77, 200],
                                   8, 2, causal=True, cache=cache),
+            run_fp8_varlen("e4m3 varlen window(64,0) causal gqa4", d, RAGGED, 8, 2, causal=True, window=(64, 0),
+                           cache=cache),
+            run_fp8_varlen("e4m3 varlen window(48,16)", d, RAGGED, 8, 8, window=(48, 16), cache=cache),
+            run_fp8_dense("e4m3 dense causal s200/k333 gqa4 sinks", d, 2, 200, 333, 8, 2, causal=True, sinks=True,
+                          cache=cache),
+            run_fp8_varlen("e4m3 gpt-oss-style layer: window(128,0), sinks", d, RAGGED, 16, 2, causal=True,
+                           window=(128, 0), sinks=True, cache=cache),
         ]
         for d in head_dims:
             if d == 128:
@@ -730,6 +740,8 @@ def fp8_cases(cache, head_dims):
                 continue
             rows.append(run_fp8_dense("e4m3 dense causal s300 gqa4", d, 2, 300, 300, 8, 2, causal=True, cache=cache))
             rows.append(run_fp8_varlen("e4m3 varlen ragged unmasked", d, RAGGED, 8, 8, cache=cache))
+            rows.append(run_fp8_varlen("e4m3 varlen window(128,0) sinks gqa4", d, RAGGED, 8, 2, causal=True,
+                                       window=(128, 0), sinks=True, cache=cache))
     return rows + fp8_error_cases(cache)
 
 

@@ -515,10 +515,6 @@ impl KernelCache {
             ),
             fix: if q.dtype.is_fp8() && (q.features.softcap || q.features.paged_kv) {
                 "e4m3 kernels take no softcap or paged K/V yet"
-            } else if q.dtype.is_fp8() && (q.mask == MaskKind::Local || q.features.sinks) {
-                "e4m3 local windows and sinks are held back from the shipped cache until \
-                 `fa4-gen verify` passes on a GPU: build a cache to check them with \
-                 `fa4-gen build-cache --held-back`"
             } else {
                 "build it with `fa4-gen build-cache --features all`"
             },

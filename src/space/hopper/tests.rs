@@ -871,7 +871,7 @@ fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone
 }
 
 #[test]
-fn fp8_local_windows_and_sinks_are_built_and_held_back_until_a_gpu_verifies_them() {
+fn fp8_local_windows_and_sinks_are_built_and_served_once_verified() {
     let sinks = Features {
         sinks: true,
         ..Features::default()
@@ -883,31 +883,33 @@ fn fp8_local_windows_and_sinks_are_built_and_held_back_until_a_gpu_verifies_them
             features: sinks,
             ..causal
         };
-        for held in [local, causal_sinks] {
-            assert!(Template::Hopper.supports(&held));
-            assert!(super::super::awaits_verify(&held));
-            assert!(!Template::Hopper.serves(&held) && !Template::Portable.serves(&held));
-            assert_eq!(
-                super::super::held_back_template(&held),
-                Some(Template::Hopper)
-            );
+        let local_sinks = KernelSpec {
+            features: sinks,
+            ..local
+        };
+        for spec in [local, causal_sinks, local_sinks] {
+            assert!(Template::Hopper.supports(&spec));
+            assert!(!super::super::awaits_verify(&spec), "d{d} {spec:?}");
+            assert!(Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
+            assert_eq!(super::super::held_back_template(&spec), None);
             // The plain causal spec's tiles, kept and set aside alike (neither the window
             // nor the sinks change a footprint), the default among those kept.
-            let all = candidates(&held);
+            let all = candidates(&spec);
             assert_eq!(all, candidates(&causal));
-            assert!(check(&held, &default_config(&held)).is_ok());
+            assert!(check(&spec, &default_config(&spec)).is_ok());
             for c in &all {
-                let (h, k) = (check(&held, c), check(&causal, c));
+                let (h, k) = (check(&spec, c), check(&causal, c));
                 assert_eq!(h.is_ok(), k.is_ok(), "d{d} {}", c.tag());
                 assert_eq!(h.err().map(|r| r.kind), k.err().map(|r| r.kind));
             }
         }
-        // Causal and unmasked e4m3 specs are served as before; bf16 windows too.
-        for mask in [MaskKind::Causal, MaskKind::None] {
-            let served = KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, mask);
-            assert!(Template::Hopper.serves(&served) && !super::super::awaits_verify(&served));
+        // Softcap and pages stay refused in e4m3.
+        for features in ["softcap", "paged"] {
+            let refused = KernelSpec {
+                features: features.parse().unwrap(),
+                ..causal
+            };
+            assert!(!Template::Hopper.supports(&refused), "d{d} {features}");
         }
-        let bf16 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, d, MaskKind::Local);
-        assert!(Template::Hopper.serves(&bf16) && !super::super::awaits_verify(&bf16));
     }
 }

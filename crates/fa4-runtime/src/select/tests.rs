@@ -403,8 +403,8 @@ fn e4m3_problems_without_e4m3_kernels_are_named() {
         .unwrap_err();
     assert!(
         e.to_string().contains(
-            "e4m3 local mask with features none is not in this cache for sm90 d128; e4m3 local \
-             windows and sinks are held back from the shipped cache until `fa4-gen verify` passes"
+            "e4m3 local mask with features none is not in this cache for sm90 d128; build it \
+             with `fa4-gen build-cache --features all`"
         ),
         "{e}"
     );

@@ -119,7 +119,8 @@ template <bool kFixTop>
 struct TopRounding {};
 template <>
 struct TopRounding<true> {
-    float row_fix[2];
+    float row_fix[2];    // the rounding of the block tops so far, as row_sum holds the sum
+    float block_top[2];  // this block's largest score in the thread's share of the row
 };
 
 template <int kNTiles, bool kLazy, int kExp2EmuEvery = 0, int kPShiftLog2 = 0>
@@ -152,17 +153,16 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
 
     // Row h's new maximum over the first kLiveTiles fragments: sets o_scale[h] (and
     // `rescales` where it differs from 1) and returns the offset its exponentials subtract.
-    // (kFixTop: `block_top` gets the thread's largest score of the block.)
     template <int kLiveTiles>
     __device__ __forceinline__ float row_offset(int h, const float (&s)[1][kNTiles][4], float scale_log2,
-                                                float (&o_scale)[2], bool& rescales, float& block_top) {
+                                                float (&o_scale)[2], bool& rescales) {
         float mx;
         if constexpr (kFixTop) {
-            block_top = neg_inf();
+            float top = neg_inf();
 #pragma unroll
-            for (int nt = 0; nt < kLiveTiles; ++nt)
-                block_top = fmaxf(block_top, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
-            mx = fmaxf(row_max[h], block_top);
+            for (int nt = 0; nt < kLiveTiles; ++nt) top = fmaxf(top, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+            this->block_top[h] = top;
+            mx = fmaxf(row_max[h], top);
         } else {
             mx = row_max[h];
 #pragma unroll
@@ -191,7 +191,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
     // returns the block's row sum.
     template <int kLiveTiles>
     __device__ __forceinline__ float row_exps(int h, float (&s)[1][kNTiles][4], float scale_log2, float offset,
-                                              const float (&o_scale)[2], float block_top) {
+                                              const float (&o_scale)[2]) {
         float sum = 0.f;
         // FP8: p scaled by 2^kPShiftLog2 (traits.cuh); the sum with it, so O's factor is
         // unchanged and only the LSE takes it out (finalize).
@@ -209,7 +209,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
         row_sum[h] = row_sum[h] * o_scale[h] + sum;
         if constexpr (kFixTop) {
             // An all-masked share has block_top -inf: p_top 0, nothing to add.
-            const float p_top = exp2_approx(fmaf(block_top, scale_log2, -offset));
+            const float p_top = exp2_approx(fmaf(this->block_top[h], scale_log2, -offset));
             this->row_fix[h] = this->row_fix[h] * o_scale[h] + (round_e4m3(p_top) - p_top);
         }
         return sum;
@@ -235,18 +235,16 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
         if constexpr (IsNoTurn<Turn>::value) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float block_top;
-                const float offset = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales, block_top);
-                row_exps<kLiveTiles>(h, s, scale_log2, offset, o_scale, block_top);
+                const float offset = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales);
+                row_exps<kLiveTiles>(h, s, scale_log2, offset, o_scale);
             }
         } else {
-            float offset[2], sums[2], block_top[2];
+            float offset[2], sums[2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-                offset[h] = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales, block_top[h]);
+            for (int h = 0; h < 2; ++h) offset[h] = row_offset<kLiveTiles>(h, s, scale_log2, o_scale, rescales);
             turn.before(offset);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], o_scale, block_top[h]);
+            for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], o_scale);
             turn.after(sums[0], sums[1]);
         }
         return rescales;
@@ -271,10 +269,11 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
             for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
         float offset[2] = {row_max[0], row_max[1]};
         const float keep[2] = {1.f, 1.f};
+        if constexpr (kFixTop) this->block_top[0] = this->block_top[1] = neg_inf();  // no tops to fix
         float sums[2];
         turn.before(offset);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], keep, neg_inf());
+        for (int h = 0; h < 2; ++h) sums[h] = row_exps<kLiveTiles>(h, s, scale_log2, offset[h], keep);
         turn.after(sums[0], sums[1]);
     }
 
