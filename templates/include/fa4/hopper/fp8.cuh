@@ -34,20 +34,6 @@ __device__ __forceinline__ u32 pack4_e4m3(float b0, float b1, float b2, float b3
     return r;
 }
 
-// x rounded to e4m3 as pack4_e4m3 rounds it (round to nearest even, saturating at 448),
-// back in f32: through a pair of e4m3 bytes and f16, which holds every e4m3 value.
-__device__ __forceinline__ float round_e4m3(float x) {
-    float r;
-    asm("{\n.reg .b16 pair;\n.reg .b32 halves;\n.reg .b16 lo, hi;\n"
-        "cvt.rn.satfinite.e4m3x2.f32 pair, %1, %1;\n"
-        "cvt.rn.f16x2.e4m3x2 halves, pair;\n"
-        "mov.b32 {lo, hi}, halves;\n"
-        "cvt.f32.f16 %0, lo;\n}\n"
-        : "=f"(r)
-        : "f"(x));
-    return r;
-}
-
 // Bytes of {b, a} picked by the four selector nibbles of `sel` (PTX prmt): byte i of the
 // result is byte (sel >> 4i) & 7 of the pair, a's bytes 0 to 3 and b's 4 to 7.
 template <u32 kSel>

@@ -113,18 +113,8 @@ struct IsNoTurn<NoTurn> {
     static constexpr bool value = true;
 };
 
-// Each thread's share of the rounding of its block tops (RescalingSoftmax's kFixTop);
-// nothing at all where the softmax does not fix its tops, so those kernels' code stays.
-template <bool kFixTop>
-struct TopRounding {};
-template <>
-struct TopRounding<true> {
-    float row_fix[2];    // the rounding of the block tops so far, as row_sum holds the sum
-    float block_top[2];  // this block's largest score in the thread's share of the row
-};
-
 template <int kNTiles, bool kLazy, int kExp2EmuEvery = 0, int kPShiftLog2 = 0>
-struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShiftLog2 != 0> {
+struct RescalingSoftmax : OnlineSoftmax<1, kNTiles> {
     using OnlineSoftmax<1, kNTiles>::row_max;
     using OnlineSoftmax<1, kNTiles>::row_sum;
 
@@ -132,20 +122,6 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
     // e4m3's range, and nearer its top than without the shift, where the subnormals of
     // small p cost O 2.6e-2 of relative error against 1e-2 (H100, the first FP8 verify).
     static constexpr float kLazyLimitLog2 = kLazyRescaleLog2 - float(kPShiftLog2);
-
-    // FP8 with lazy rescaling: a row's largest p sits at 2^kPShiftLog2 only while its max
-    // is fresh; under a kept max it is 2^(shift + d) for some d in (0, limit], which e4m3
-    // rounds by up to 2^-4. O's weights are then that rounded p but the sum is not, and on
-    // rows one key dominates O was off by the whole rounding (O error 3.0e-2 against
-    // 2.1e-2 without lazy, H100 verify of every e4m3 config). So each thread adds its block
-    // top's rounding to row_fix, and O is normalised by the sum of the p the PV GEMM read;
-    // the LSE keeps the exact sum.
-    static constexpr bool kFixTop = kLazy && kPShiftLog2 != 0;
-
-    __device__ __forceinline__ void init() {
-        OnlineSoftmax<1, kNTiles>::init();
-        if constexpr (kFixTop) this->row_fix[0] = this->row_fix[1] = 0.f;
-    }
 
     static __device__ __forceinline__ bool emulated(int nt) {
         return kExp2EmuEvery > 0 && nt % kExp2EmuEvery == kExp2EmuEvery - 1;
@@ -156,18 +132,9 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
     template <int kLiveTiles>
     __device__ __forceinline__ float row_offset(int h, const float (&s)[1][kNTiles][4], float scale_log2,
                                                 float (&o_scale)[2], bool& rescales) {
-        float mx;
-        if constexpr (kFixTop) {
-            float top = neg_inf();
+        float mx = row_max[h];
 #pragma unroll
-            for (int nt = 0; nt < kLiveTiles; ++nt) top = fmaxf(top, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
-            this->block_top[h] = top;
-            mx = fmaxf(row_max[h], top);
-        } else {
-            mx = row_max[h];
-#pragma unroll
-            for (int nt = 0; nt < kLiveTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
-        }
+        for (int nt = 0; nt < kLiveTiles; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
         mx = quad_max(mx);
         // From -inf the difference is +inf (or NaN while every key so far was masked):
         // the row takes the new max.
@@ -207,11 +174,6 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
             }
         }
         row_sum[h] = row_sum[h] * o_scale[h] + sum;
-        if constexpr (kFixTop) {
-            // An all-masked share has block_top -inf: p_top 0, nothing to add.
-            const float p_top = exp2_approx(fmaf(this->block_top[h], scale_log2, -offset));
-            this->row_fix[h] = this->row_fix[h] * o_scale[h] + (round_e4m3(p_top) - p_top);
-        }
         return sum;
     }
 
@@ -269,7 +231,6 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
             for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
         float offset[2] = {row_max[0], row_max[1]};
         const float keep[2] = {1.f, 1.f};
-        if constexpr (kFixTop) this->block_top[0] = this->block_top[1] = neg_inf();  // no tops to fix
         float sums[2];
         turn.before(offset);
 #pragma unroll
@@ -298,13 +259,7 @@ struct RescalingSoftmax : OnlineSoftmax<1, kNTiles>, TopRounding<kLazy && kPShif
             const float sink_top = kPShiftLog2 != 0 ? top - float(kPShiftLog2) : top;
             const float total = kSinks ? keys * sum + exp2_approx(sink_log2 - sink_top) : sum;
             const bool any = top != neg_inf();
-            if constexpr (kFixTop) {
-                // O over the sum of the p it was built from (row_fix); the LSE over the exact one
-                const float read_total = total + keys * quad_sum(this->row_fix[h]);
-                o_scale[h] = any ? keys * rcp_approx(read_total) : 0.f;
-            } else {
-                o_scale[h] = any ? keys * rcp_approx(total) : 0.f;
-            }
+            o_scale[h] = any ? keys * rcp_approx(total) : 0.f;
             if constexpr (kPShiftLog2 != 0) {
                 lse[h] = any ? (top + lg2_approx(total) - float(kPShiftLog2)) * kLn2 : neg_inf();
             } else {
