@@ -41,8 +41,8 @@ pub(super) const HELD_BACK_DTYPES: &[Dtype] = &[];
 /// Masks whose FP8 (e4m3) specs the template builds but the shipped cache does not serve
 /// until `fa4-gen verify` has passed on a GPU, as for a held-back dtype. None now: e4m3
 /// local windows and sinks passed on an H100 (every default, 378/378 checks; every tile,
-/// 14654 of 14658, the four misses lazy tiles' O at 3.0-3.3e-2 on one case, which
-/// b608a687 addressed), `bench/results/2026-12-07-h100-952a3a77-fp8-verify-*`.
+/// 14654 of 14658, the four misses lazy tiles, none a default, O at 3.0-3.3e-2 on one
+/// 12-row case), `bench/results/2026-12-07-h100-952a3a77-fp8-verify-*`.
 pub(super) const HELD_BACK_FP8_MASKS: &[MaskKind] = &[];
 
 /// Likewise for FP8 specs with sinks (the sink's term joins the row sum with P's shift,
