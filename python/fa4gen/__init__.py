@@ -431,10 +431,6 @@ def _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k,
     for name, t in (("k", k), ("v", v)):
         _on_device(t, name, device)
     packed_q, paged = cu_seqlens_q is not None, page_table is not None
-    if fp8 and paged:
-        raise NotImplementedError("%s with e4m3 caches: fa4-gen's e4m3 kernels read dense or packed K/V, paged "
-                                  "FP8 caches are not offered yet (pass bf16/fp16 caches, or let "
-                                  "fa4gen.routed send the call to its fallback)" % table_name)
     if packed_q and q.dim() != 3:
         raise ValueError("q has shape %s: [total_q, heads_q, head_dim] expected" % (tuple(q.shape),))
     if not packed_q and q.dim() != 4:
@@ -546,7 +542,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     FlashAttention-2 without dropout: out, the LSE and None). The call is asynchronous on
     the current stream; cu_seqlens values are not read on the host.
 
-    FP8: q, k and v in torch.float8_e4m3fn (all three; not with ``block_table``) with
+    FP8: q, k and v in torch.float8_e4m3fn (all three; with ``block_table`` only from a
+    cache built with the held-back paged e4m3 kernels, until a GPU has verified them) with
     FlashAttention-3's ``q_descale``, ``k_descale``, ``v_descale``: f32 [batch, heads_kv]
     (batch = the number of sequences; any strides; None: 1.0), the dequantised input
     being e4m3 value x descale of its sequence and KV head. out is then bf16, the LSE f32.
@@ -686,8 +683,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     SM margin) raise NotImplementedError naming them.
 
     FP8 (e4m3 q and caches, ``q/k/v_descale`` as in ``flash_attn_varlen_func``) over dense
-    caches; an e4m3 ``page_table`` or ``cache_batch_idx`` (SGLang's FP8 KV cache) raises
-    NotImplementedError: paged e4m3 is not offered yet.
+    caches; over an e4m3 ``page_table`` or ``cache_batch_idx`` (SGLang's FP8 KV cache) only
+    from a cache built with ``build-cache --held-back`` (paged e4m3 kernels are compiled but
+    not yet verified on a GPU): the shipped cache raises Fa4genError naming that, which
+    ``fa4gen.routed`` hands to its fallback.
     """
     import torch
 

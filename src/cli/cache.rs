@@ -49,9 +49,9 @@ pub struct BuildCacheArgs {
     /// verify` on them before serving such a cache).
     #[arg(long = "borrow-sinks")]
     pub borrow_sinks: bool,
-    /// Also build the kernels of dtypes the shipped cache holds back until every default
-    /// has passed `fa4-gen verify` on a GPU (none now: e4m3's hold was lifted once its
-    /// defaults passed): a cache to check them with (`python3 -m fa4gen.check`), not to serve
+    /// Also build the kernels the shipped cache holds back until every default has passed
+    /// `fa4-gen verify` on a GPU (now: e4m3 over paged K/V): a cache to check them with
+    /// (`python3 -m fa4gen.check`), not to serve
     #[arg(long = "held-back")]
     pub held_back: bool,
 }

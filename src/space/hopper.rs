@@ -49,6 +49,11 @@ pub(super) const HELD_BACK_FP8_MASKS: &[MaskKind] = &[];
 /// fragments.cuh's finalize). Lifted with the masks above, on the same verify.
 pub(super) const HELD_BACK_FP8_SINKS: bool = false;
 
+/// Likewise for FP8 specs over paged K/V: every key tile by the producer warpgroup's copies
+/// (the 16-bit kernels' page gather, in pairs of bytes), then its V transposed as a TMA
+/// tile is; compiled for every e4m3 tile, not yet run.
+pub(super) const HELD_BACK_FP8_PAGED: bool = true;
+
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
 /// swizzle atom; the QK GEMM steps over the real columns only.
@@ -63,23 +68,23 @@ fn padded_units(cols: u32, dtype: Dtype) -> u32 {
 }
 
 /// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, any mask, sinks,
-/// no softcap or pages (traits.cuh asserts the same).
+/// paged K/V (held back: [`HELD_BACK_FP8_PAGED`]), no softcap (traits.cuh asserts the same).
 pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
     !spec.dtype.is_fp8()
         || ([64, 128, 256].contains(&spec.head_dim)
             && spec.head_dim_v == spec.head_dim
-            && !spec.features.softcap
-            && !spec.features.paged_kv)
+            && !spec.features.softcap)
 }
 
 /// Whether the template builds `spec` but the shipped cache waits for `fa4-gen verify` on
 /// a GPU before serving it: a held-back dtype, or an FP8 spec of a held-back mask or with
-/// held-back sinks.
+/// held-back sinks or pages.
 pub(super) fn awaits_verify(spec: &KernelSpec) -> bool {
     HELD_BACK_DTYPES.contains(&spec.dtype)
         || (spec.dtype.is_fp8()
             && (HELD_BACK_FP8_MASKS.contains(&spec.mask)
-                || (HELD_BACK_FP8_SINKS && spec.features.sinks)))
+                || (HELD_BACK_FP8_SINKS && spec.features.sinks)
+                || (HELD_BACK_FP8_PAGED && spec.features.paged_kv)))
 }
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
@@ -527,13 +532,13 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         return reject(
             RejectKind::Shape,
             format!(
-                "{} is offered at head dims 64, 128 and 256, any mask, with or without sinks, without softcap or pages",
+                "{} is offered at head dims 64, 128 and 256, any mask, with or without sinks or pages, without softcap",
                 spec.dtype
             ),
         );
     }
     if spec.dtype.is_fp8()
-        && (!tma(spec, c)
+        && (!(tma(spec, c) || (ws && spec.features.paged_kv))
             || c.block_n % 32 != 0
             || c.stages < 2
             || c.switch(PACK_GQA, 0) == 1
@@ -542,7 +547,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
     {
         return reject(
             RejectKind::Shape,
-            "FP8 tiles: warp-specialised by TMA (the producer transposes V), keys in whole k32 steps, 2 or 3 stages, no pack-GQA, clusters or hidden first block".into(),
+            "FP8 tiles: warp-specialised, K/V by TMA or from pages (the producer transposes V), keys in whole k32 steps, 2 or 3 stages, no pack-GQA, clusters or hidden first block".into(),
         );
     }
     if c.switch(CAP_OFFSET, 0) == 1 && !(ws && spec.features.softcap && spec.dtype == Dtype::Bf16) {

@@ -541,30 +541,39 @@ class Fp8Calls(unittest.TestCase):
                 fn()
             self.assertEqual(rec.calls, [], words)
 
-    def test_paged_e4m3_is_refused_and_routed_to_the_fallback(self):
+    def test_paged_e4m3_reaches_the_cache_which_may_refuse_it_to_the_fallback(self):
         a = packed_extend()
         q8 = torch.empty((700, 16, 128), E4M3)
         kc8 = torch.empty((600, 1, 2, 128), E4M3)
         scale = torch.empty((1,), F32).expand(3, 2)
         extend = dict(page_table=a["page_table"], cache_seqlens=a["cache_seqlens"], cu_seqlens_q=a["cu_seqlens_q"],
                       max_seqlen_q=400, causal=True, k_descale=scale, v_descale=scale)
-        with Launches() as rec:
-            with self.assertRaisesRegex(NotImplementedError, "^page_table with e4m3 caches: .*not offered yet"):
-                fa4gen.flash_attn_with_kvcache(q8, kc8, kc8, **extend)
-            with self.assertRaisesRegex(NotImplementedError, "^block_table with e4m3 caches"):
-                fa4gen.flash_attn_varlen_func(q8, kc8, kc8, a["cu_seqlens_q"], None, 400, 512,
-                                              block_table=a["page_table"], seqused_k=a["cache_seqlens"])
-            with self.assertRaisesRegex(NotImplementedError, "^cache_batch_idx with e4m3 caches"):
-                fa4gen.flash_attn_with_kvcache(torch.empty((3, 7, 8, 128), E4M3), torch.empty((10, 64, 2, 128), E4M3),
-                                               torch.empty((10, 64, 2, 128), E4M3), cache_batch_idx=a["cache_seqlens"])
-            # SGLang's FP8 KV cache: the engine's own FA3 serves it.
+        # SGLang's FP8 KV cache: e4m3 over pages, packed as the bf16 call is (the kernel
+        # reads the pages in pairs of bytes), with the descales.
+        fields, _, o = launch(lambda: fa4gen.flash_attn_with_kvcache(q8, kc8, kc8, **extend))
+        self.assertEqual((fields["dtype"], fields["page_table"], fields["page_size"], fields["k_descale"], o.dtype),
+                         (2, a["page_table"].data_ptr(), 1, scale.data_ptr(), BF16))
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_varlen_func(
+            q8, kc8, kc8, a["cu_seqlens_q"], None, 400, 512, block_table=a["page_table"],
+            seqused_k=a["cache_seqlens"]))
+        self.assertEqual((fields["dtype"], fields["page_table"]), (2, a["page_table"].data_ptr()))
+        # The shipped cache holds paged e4m3 back (not yet verified on a GPU): the
+        # runtime's refusal is "unsupported", which routed hands to the engine's FA3.
+        saved = fa4gen._launch
+
+        def held_back(*args, **kw):
+            raise fa4gen.Fa4genError(fa4gen.ERR_UNSUPPORTED, "e4m3 causal mask with features paged is not in "
+                                     "this cache for sm90 d128; e4m3 over paged K/V is held back")
+        try:
+            fa4gen._launch = held_back
             fa3_kvcache.calls = []
             route = fa4gen.routed(fa3_kvcache)
             self.assertEqual(route(q8, kc8, kc8, **extend), "fa3")
-        self.assertEqual(rec.calls, [])
-        self.assertEqual(route.fallbacks, {"page_table with e4m3 caches": 1})
+        finally:
+            fa4gen._launch = saved
+        self.assertEqual(len(route.fallbacks), 1)
+        self.assertIn("held back", next(iter(route.fallbacks)))
         self.assertIs(fa3_kvcache.calls[0]["k_descale"], scale)
-
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -851,7 +851,7 @@ fn fp8_is_offered_where_its_kernels_are_written_and_by_the_hopper_template_alone
                 paged_kv: true,
                 ..Features::default()
             },
-            false,
+            true,
         ),
     ] {
         let spec = KernelSpec {
@@ -903,13 +903,46 @@ fn fp8_local_windows_and_sinks_are_built_and_served_once_verified() {
                 assert_eq!(h.err().map(|r| r.kind), k.err().map(|r| r.kind));
             }
         }
-        // Softcap and pages stay refused in e4m3.
-        for features in ["softcap", "paged"] {
-            let refused = KernelSpec {
+        // Softcap stays refused in e4m3.
+        let softcap = KernelSpec {
+            features: "softcap".parse().unwrap(),
+            ..causal
+        };
+        assert!(!Template::Hopper.supports(&softcap), "d{d}");
+    }
+}
+
+#[test]
+fn fp8_over_pages_is_built_by_copies_and_held_back_until_a_gpu_verifies_it() {
+    for d in [64, 128, 256] {
+        for features in ["paged", "sinks+paged"] {
+            let spec = KernelSpec {
                 features: features.parse().unwrap(),
-                ..causal
+                ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, MaskKind::Causal)
             };
-            assert!(!Template::Hopper.supports(&refused), "d{d} {features}");
+            assert!(Template::Hopper.supports(&spec), "d{d} {features}");
+            assert!(super::super::awaits_verify(&spec));
+            assert!(!Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
+            assert_eq!(
+                super::super::held_back_template(&spec),
+                Some(Template::Hopper)
+            );
+            // Every kept tile is warp-specialised, loads by copies (no TMA over pages),
+            // and keeps FP8's rules: whole k32 steps, two or more stages.
+            let kept: Vec<_> = candidates(&spec)
+                .into_iter()
+                .filter(|c| check(&spec, c).is_ok())
+                .collect();
+            assert!(!kept.is_empty(), "d{d} {features}");
+            for c in &kept {
+                assert!(warp_specialized(c) && !tma(&spec, c), "{}", c.tag());
+                assert!(c.block_n % 32 == 0 && c.stages >= 2, "{}", c.tag());
+            }
+            assert!(check(&spec, &default_config(&spec)).is_ok());
+            // Without warp specialisation there is no producer to transpose V.
+            let plain = config(2, 128, 2);
+            assert!(!warp_specialized(&plain));
+            assert_eq!(check(&spec, &plain).unwrap_err().kind, RejectKind::Shape);
         }
     }
 }

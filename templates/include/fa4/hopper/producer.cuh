@@ -181,8 +181,8 @@ struct Producer {
         }
     }
 
-    // ---- FP8: K and V by TMA (the first tile by copies where it runs past the keys), V
-    // transposed by the whole warpgroup ------------------------------------------------------
+    // ---- FP8: K and V by TMA (the first tile by copies where it runs past the keys; every
+    // tile from a paged cache), V transposed by the whole warpgroup --------------------------
     template <class CopyTile>
     __device__ __forceinline__ void load_kv_fp8(const WorkTile& w, const int& it, bool packed_k, const TmaMaps maps,
                                                const CopyTile& copy_tile) const {
@@ -191,7 +191,9 @@ struct Producer {
         const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
         const int batch_coord = packed_k ? 0 : w.batch;
         for (int tile = first; tile < w.n_tiles; ++tile) {
-            if (tid == 0) {
+            if constexpr (!T::kTma) {
+                copy_tile(tile);  // paged K/V: every tile by the warpgroup's copies
+            } else if (tid == 0) {
                 const int slot = (it + tile) % kStages;
                 const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
                 const int row = row0 + (w.n_end - 1 - tile) * T::kBlockN;
