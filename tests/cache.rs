@@ -671,7 +671,12 @@ fn fp8_kernels_are_shipped_for_sm90_alone() {
         && !s.features.paged_kv
         && fa4_gen::space::held_back_template(s).is_none()));
     assert_eq!(fp8.iter().filter(|(_, s)| s.features.sinks).count(), 9);
-    assert_eq!(fp8.iter().filter(|(_, s)| s.mask == MaskKind::Local).count(), 6);
+    assert_eq!(
+        fp8.iter()
+            .filter(|(_, s)| s.mask == MaskKind::Local)
+            .count(),
+        6
+    );
     // Held back until a GPU verifies them: e4m3 over paged K/V, which a `--held-back`
     // build adds (the same 18 specs, paged), and nothing else.
     let with_held_back = cache::specs(&archs, &[], &Features::ALL, true).unwrap();
