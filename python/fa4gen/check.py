@@ -12,9 +12,9 @@ captured in a CUDA graph and replayed on new inputs, and a call from another thr
 is poisoned (NaN) before the call, so a row the kernel skips fails.
 
 FP8 (group ``fp8``): e4m3 q/k/v with FlashAttention-3's descales (random per sequence and
-KV head, None, per-tensor expanded, strided), dense and varlen, causal, unmasked and
-local windows, sinks, GQA, inputs with outlier channels; O (bf16) against f32 attention on the dequantised inputs
-(e4m3 value x descale), relative L2 error at most 3e-2, LSE within 3e-2; and the FP8
+KV head, None, per-tensor expanded, strided), dense, varlen and paged, causal, unmasked
+and local windows, sinks, GQA, inputs with outlier channels; O (bf16) against f32
+attention on the dequantised inputs (e4m3 value x descale), relative L2 error at most 3e-2, LSE within 3e-2; and the FP8
 argument errors. Without e4m3 kernels in the cache its numeric cases are skipped.
 
 The reference is ``torch.nn.functional.scaled_dot_product_attention`` in f32 on the same
@@ -181,6 +181,11 @@ def cu(lengths):
     return torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device=DEV)
 
 
+def random_sinks(hq):
+    """A sink logit per query head, in [-2, 6]: from negligible to dominating a row."""
+    return torch.rand(hq, device=DEV) * 8 - 2
+
+
 def run_varlen(name, d, dtype, seqs, hq, hkv, causal=False, window=(-1, -1), softcap=0.0, sinks=False,
                page_size=None, lengths_from="seqused_k", strided=False, dv=None, cache=None, via_kvcache=False):
     """A packed batch of (queries, keys) per sequence through flash_attn_varlen_func, or with
@@ -198,7 +203,7 @@ def run_varlen(name, d, dtype, seqs, hq, hkv, causal=False, window=(-1, -1), sof
         q = randn(total_q, hq, d, dtype=dtype)
         k = randn(total_k, hkv, d, dtype=dtype)
         v = randn(total_k, hkv, dv, dtype=dtype)
-    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
+    sink_t = random_sinks(hq) if sinks else None
     cu_q, cu_k = cu([s for s, _ in seqs]), cu([s for _, s in seqs])
     scale = 1.0 / math.sqrt(d)
     kwargs = dict(causal=causal, window_size=window, softcap=softcap, sinks=sink_t, return_lse=True, cache=cache)
@@ -239,7 +244,7 @@ def run_dense(name, d, dtype, batch, sq, sk, hq, hkv, causal=False, window=(-1, 
     q = randn(batch, sq, hq, d, dtype=dtype)
     k = randn(batch, sk, hkv, d, dtype=dtype)
     v = randn(batch, sk, hkv, d, dtype=dtype)
-    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
+    sink_t = random_sinks(hq) if sinks else None
     out = torch.full((batch, sq, hq, d), float("nan"), dtype=dtype, device=DEV)
     o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink_t,
                                     return_lse=True, out=out, cache=cache)
@@ -630,7 +635,7 @@ def fp8_verdict(name, d, o, lse, seqs, causal, packed=False, window=(-1, -1), si
 def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="random", outliers=False, window=(-1, -1),
                   sinks=False, cache=None):
     q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers)
-    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
+    sink_t = random_sinks(hq) if sinks else None
     out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
     o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sink_t, q_descale=qd,
                                     k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
@@ -656,7 +661,7 @@ def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outl
         qd = torch.full((1,), 0.75, device=DEV).expand(batch, hkv)
         kd = kd.t().contiguous().t()
     cu_q, cu_k = cu([s for s, _ in seqs]), cu([s for _, s in seqs])
-    sink_t = (torch.rand(hq, device=DEV) * 8 - 2) if sinks else None
+    sink_t = random_sinks(hq) if sinks else None
     out = torch.full((total_q, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
     o, lse = fa4gen.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
                                            causal=causal, window_size=window, sinks=sink_t, q_descale=qd,

@@ -538,7 +538,8 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         );
     }
     if spec.dtype.is_fp8()
-        && (!(tma(spec, c) || (ws && spec.features.paged_kv))
+        // (by TMA where K/V are strided, by copies from pages: warp-specialised either way)
+        && (!ws
             || c.block_n % 32 != 0
             || c.stages < 2
             || c.switch(PACK_GQA, 0) == 1
