@@ -6,6 +6,8 @@
 #                                   # cudnn-frontend's wheel into .device/
 #   bash bench/fp8_check.sh run     # on the GPU host, carrying .device; results in $OUT/r
 #   bash bench/fp8_check.sh tune    # there too: the tune of the e4m3 specs, then the grid
+#   bash bench/fp8_check.sh verify  # there too: run's checks without the timings
+#                                   # (FEATURES=paged,sinks+paged narrows the specs)
 #
 # Every mask, sinks and pages: e4m3 over paged K/V, built but held back from the shipped
 # cache, is verified here (and checked through Python from a --held-back cache).
@@ -50,16 +52,21 @@ begin() {
     PY="env PYTHONPATH=$PWD/python:/tmp/site FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
 }
 
-# A cache of the e4m3 kernels from the export $1, checked through Python, then the FP8 grid
-# beside cuDNN's FP8 SDPA and our bf16 kernels.
-grid() {
+# A cache of the e4m3 kernels from the export $1 (with the held-back paged ones), checked
+# through Python.
+pycheck() {
     step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none,sinks,paged --held-back \
         --tuning-db "$1" --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
+}
+
+# That, then the FP8 grid beside cuDNN's FP8 SDPA and our bf16 kernels.
+grid() {
+    pycheck "$1"
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
 }
 
-SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --features none,sinks,paged,sinks+paged)
+SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --features "${FEATURES:-none,sinks,paged,sinks+paged}")
 # What the tuner tunes: the dense buckets of causal and unmasked kernels (local windows and
 # sinks are served their defaults).
 TUNE_SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --mask none,causal --features none)
@@ -73,6 +80,15 @@ run() {
         --build-dir /tmp/build -q --json "$R/verify-e4m3-all.json"
     step bench-e4m3-all 60 "$B" bench --dtype e4m3 --template hopper --all-configs --budget-ms 40 \
         --seqlen 2048,8192 --build-dir /tmp/build --json "$R/bench-e4m3-all.json"
+}
+
+verify() {
+    begin ""
+    step compile 60 "$B" compile "${SPECS[@]}" --out /tmp/build -q
+    step verify-e4m3 40 "$B" verify "${SPECS[@]}" --build-dir /tmp/build -q --json "$R/verify-e4m3.json"
+    pycheck /tmp/sm90.json
+    step verify-e4m3-all 100 "$B" verify "${SPECS[@]}" --all-configs \
+        --build-dir /tmp/build -q --json "$R/verify-e4m3-all.json"
 }
 
 tune() {
@@ -94,5 +110,6 @@ case "${1:-}" in
 prepare) prepare ;;
 run) run ;;
 tune) tune ;;
-*) echo "usage: bench/fp8_check.sh prepare|run|tune" >&2; exit 2 ;;
+verify) verify ;;
+*) echo "usage: bench/fp8_check.sh prepare|run|tune|verify" >&2; exit 2 ;;
 esac
