@@ -231,3 +231,188 @@ fn tcgen05_probe_sass_has_every_instruction() {
         "tcgen05.alloc:\n{text}"
     );
 }
+
+// ---- the attention template (templates/blackwell_fwd.cu.tera) ----------------------------
+
+/// `fa4-gen tune --arch sm100 --head-dim 64 --compile-only` on the Blackwell template:
+/// every candidate the config space keeps compiles for sm_100a without spills (ptxas
+/// honours the warp roles' register split), every rejected one is rejected statically,
+/// for the reason the space gives, and nothing is timed.
+#[test]
+fn the_d64_space_compiles_without_spills() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::common::fa4_gen(
+        dir.path(),
+        &[
+            "tune",
+            "--arch",
+            "sm100",
+            "--template",
+            "blackwell",
+            "--head-dim",
+            "64",
+            "--dtype",
+            "bf16",
+            "--mask",
+            "causal",
+            "--compile-only",
+            "--build-dir",
+            "build",
+            "-q",
+        ],
+    );
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    assert!(crate::common::stdout(&out).contains("nothing timed (--compile-only)"));
+    let report = fa4_gen::compile::BuildDir::new(dir.path().join("build"))
+        .load_report(Arch::Sm100)
+        .unwrap()
+        .unwrap();
+    let spec = fa4_gen::spec::KernelSpec::new(
+        Arch::Sm100,
+        fa4_gen::spec::Dtype::Bf16,
+        64,
+        fa4_gen::spec::MaskKind::Causal,
+    );
+    let planned = fa4_gen::space::plan(fa4_gen::space::Template::Blackwell, &spec);
+    let kept = planned.iter().filter(|p| p.verdict.is_ok()).count();
+    assert!(kept >= 24, "{kept} candidates kept");
+    assert_eq!(report.kernels.len(), kept, "every kept candidate is built");
+    for k in &report.kernels {
+        assert_eq!(k.candidate.template, fa4_gen::space::Template::Blackwell);
+        assert_eq!(k.resources.disqualification(), None, "{}", k.id);
+        assert_eq!(k.resources.spill_stores, 0, "{}", k.id);
+    }
+    // The statically rejected ones: rings that do not fit shared memory; none reached
+    // the compiler.
+    for p in planned.iter().filter(|p| p.verdict.is_err()) {
+        let r = p.verdict.as_ref().unwrap_err();
+        assert!(
+            matches!(
+                r.kind,
+                fa4_gen::space::RejectKind::Registers | fa4_gen::space::RejectKind::SharedMemory
+            ),
+            "{}: {r}",
+            p.candidate.config
+        );
+    }
+    assert!(
+        report.rejected.iter().all(|r| !matches!(
+            r.rejection.kind,
+            fa4_gen::space::RejectKind::Spills | fa4_gen::space::RejectKind::Compile
+        )),
+        "{:?}",
+        report.rejected
+    );
+}
+
+/// Every Blackwell default of every feature set it offers (sinks, softcap, both; fp16)
+/// compiles for sm_100a without spills, and the rendered kernel's own checks of the
+/// config space's model (shared memory, threads, TMEM columns) hold.
+#[test]
+fn feature_defaults_compile_for_sm100a() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::common::fa4_gen(
+        dir.path(),
+        &[
+            "compile",
+            "--arch",
+            "sm100",
+            "--template",
+            "blackwell",
+            "--default-only",
+            "--dtype",
+            "fp16",
+            "--features",
+            "sinks,softcap,sinks+softcap",
+            "-q",
+        ],
+    );
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    let report = fa4_gen::compile::BuildDir::new(dir.path().join("build"))
+        .load_report(Arch::Sm100)
+        .unwrap()
+        .unwrap();
+    assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+    assert_eq!(
+        report.kernels.len(),
+        6 * 3 * 3,
+        "head dims x masks x feature sets"
+    );
+    for k in &report.kernels {
+        assert_eq!(k.resources.spill_stores, 0, "{}", k.id);
+        assert_eq!(k.resources.disqualification(), None, "{}", k.id);
+    }
+}
+
+/// The Blackwell template is held back: no sm100 spec is served by it (the shipped cache
+/// keeps the portable kernels), and `explain` says why and what lifts it.
+#[test]
+fn nothing_unrun_is_served() {
+    use fa4_gen::space::{held_back_template, serving_template, Template, TemplateSpace};
+    for &(d, dv) in Template::Blackwell.head_dims() {
+        let spec = fa4_gen::spec::KernelSpec {
+            head_dim_v: dv,
+            ..fa4_gen::spec::KernelSpec::new(
+                Arch::Sm100,
+                fa4_gen::spec::Dtype::Bf16,
+                d,
+                fa4_gen::spec::MaskKind::Causal,
+            )
+        };
+        assert!(Template::Blackwell.supports(&spec), "{spec}");
+        assert!(!Template::Blackwell.serves(&spec), "{spec}");
+        assert_ne!(serving_template(&spec), Template::Blackwell);
+        assert_eq!(held_back_template(&spec), Some(Template::Blackwell));
+        let why = fa4_gen::space::held_back_reason(Template::Blackwell, &spec);
+        assert!(
+            why.contains("no sm100 GPU has run it")
+                && why.contains("fa4-gen verify --arch sm100 --template blackwell"),
+            "{why}"
+        );
+    }
+}
+
+/// `fa4-gen sass --arch sm100` reads a Blackwell kernel's two loops: the MMA warp's (two
+/// Q stages of QK and PV per key block: 4 x 8 UTCHMMA at d128 over 128 keys, no TMEM
+/// traffic of its own) and the softmax warps' (S in by LDTM, P out by STTM, an exp2 per
+/// key and one for O's rescale), without local memory in either.
+#[test]
+fn sass_reads_the_mma_and_softmax_loops() {
+    if sass::find_nvdisasm().is_none() {
+        eprintln!("skipped: no nvdisasm (python3 -m pip install nvidia-cuda-nvdisasm)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "compile",
+        "--arch",
+        "sm100",
+        "--template",
+        "blackwell",
+        "--head-dim",
+        "128",
+        "--dtype",
+        "bf16",
+        "--mask",
+        "causal",
+        "--default-only",
+        "-q",
+    ];
+    let out = crate::common::fa4_gen(dir.path(), &args);
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    let out = crate::common::fa4_gen(dir.path(), &["sass", "--arch", "sm100", "--json"]);
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &rows.as_array().unwrap()[0];
+    let count = |which: &str, k: &str| row[which][k].as_u64().unwrap();
+    assert_eq!(count("main_loop", "tensor"), 32, "{row}");
+    assert_eq!(count("main_loop", "tmem"), 0, "{row}");
+    assert_eq!(count("main_loop", "local"), 0, "{row}");
+    assert_eq!(count("softmax_loop", "tensor"), 0, "{row}");
+    assert!(count("softmax_loop", "mufu") >= 129, "{row}");
+    // S: four 32-column loads; P: two 32-column stores
+    assert_eq!(row["softmax_loop"]["opcodes"]["LDTM"], 4, "{row}");
+    assert_eq!(row["softmax_loop"]["opcodes"]["STTM"], 2, "{row}");
+    assert_eq!(count("softmax_loop", "local"), 0, "{row}");
+    assert_eq!(row["local_accesses"], 0, "{row}");
+}

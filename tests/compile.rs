@@ -90,14 +90,15 @@ fn defaults_compile_for_every_arch_and_head_dim() {
             .collect();
         assert_eq!(support.len(), 1, "{arch}");
     }
-    // Portable: 6 archs x 5 head dims x 3 masks; Hopper: sm90 x 6 head dims x 3 masks.
-    assert_eq!(seen, 90 + 18);
+    // Portable: 6 archs x 5 head dims x 3 masks; Hopper: sm90 x 6 head dims x 3 masks;
+    // Blackwell: sm100 x 6 head dims x 3 masks.
+    assert_eq!(seen, 90 + 18 + 18);
 
     // A second run finds everything in place and compiles nothing.
     let again = fa4_gen(dir.path(), &args[..args.len() - 1]);
     assert!(again.status.success());
     assert!(
-        stdout(&again).contains("108 kernels ready (108 cached)"),
+        stdout(&again).contains("126 kernels ready (126 cached)"),
         "{}",
         stdout(&again)
     );

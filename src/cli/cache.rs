@@ -394,13 +394,8 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
             k.spec.dtype, k.spec.mask
         ))
     } else {
-        fa4_gen::space::held_back_template(&k.spec).map(|t| {
-            format!(
-                "the {t} template builds this head dim but the {} template serves it until the \
-                 {t} kernels are tuned and timed ahead (bench/headdim_check.sh run)",
-                k.template,
-            )
-        })
+        fa4_gen::space::held_back_template(&k.spec)
+            .map(|t| fa4_gen::space::held_back_reason(t, &k.spec))
     };
     // How a varlen batch (cu_seqlens_q) of this bucket is launched.
     let varlen = match &k.varlen_cubin_hash {

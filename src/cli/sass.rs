@@ -40,6 +40,8 @@ pub(super) fn id_without_hash(id: &str) -> &str {
 pub(super) struct KernelSass {
     kernel: String,
     main_loop: Option<compile::sass::LoopCensus>,
+    /// tcgen05 kernels: the softmax warps' loop (the main loop is the MMA warp's).
+    softmax_loop: Option<compile::sass::LoopCensus>,
     /// Instructions in the whole kernel, each once (`sass::instruction_count`).
     instructions: u32,
     /// LDL/STL anywhere in the kernel.
@@ -89,6 +91,7 @@ pub(super) fn run(a: SassArgs) -> CliResult {
                 KernelSass {
                     kernel: k.id.0.clone(),
                     main_loop: sass::main_loop(&text),
+                    softmax_loop: sass::softmax_loop(&text),
                     instructions: sass::instruction_count(&text),
                     local_accesses: sass::local_accesses(&text),
                 },
@@ -117,11 +120,13 @@ pub(super) fn run(a: SassArgs) -> CliResult {
     // The main loop's census (one iteration); outside: the rest of the kernel, each
     // instruction once; local: LDL/STL in the main loop / in the whole kernel (spills and
     // their reloads). Against another build: the change of the loop and of the outside.
+    // tcgen05 kernels: a second row, the softmax warps' loop (tmem: TMEM loads and stores).
     println!(
-        "{:>6} {:>6} {:>5} {:>5} {:>7} {:>7}  {}kernel (main loop, one iteration)",
+        "{:>6} {:>6} {:>5} {:>5} {:>5} {:>7} {:>7}  {}kernel (main loop, one iteration)",
         "instr",
         "tensor",
         "mufu",
+        "tmem",
         "r2ur",
         "local",
         "outside",
@@ -132,7 +137,7 @@ pub(super) fn run(a: SassArgs) -> CliResult {
         let id = &k.kernel;
         let Some(c) = &k.main_loop else {
             println!(
-                "{:>34} {:>7}  {id} (no loop with tensor-core instructions)",
+                "{:>40} {:>7}  {id} (no loop with tensor-core instructions)",
                 "-", k.instructions
             );
             continue;
@@ -160,13 +165,27 @@ pub(super) fn run(a: SassArgs) -> CliResult {
         };
         let local = format!("{}/{}", c.local, k.local_accesses);
         println!(
-            "{:>6} {:>6} {:>5} {:>5} {local:>7} {:>7}  {against}{id}",
+            "{:>6} {:>6} {:>5} {:>5} {:>5} {local:>7} {:>7}  {against}{id}",
             c.instructions,
             c.tensor,
             c.mufu,
+            c.tmem,
             c.r2ur,
             k.outside_loop()
         );
+        if let Some(s) = &k.softmax_loop {
+            println!(
+                "{:>6} {:>6} {:>5} {:>5} {:>5} {:>7} {:>7}  {}  (its softmax loop)",
+                s.instructions,
+                s.tensor,
+                s.mufu,
+                s.tmem,
+                s.r2ur,
+                s.local,
+                "",
+                if theirs.is_some() { "          " } else { "" }
+            );
+        }
     }
     if let Some(t) = &theirs {
         println!(

@@ -30,14 +30,19 @@ pub enum SassError {
 }
 
 /// One iteration of a kernel's main loop: the innermost loop that issues tensor-core
-/// instructions (wgmma's HGMMA, QGMMA for FP8, or mma.sync's HMMA).
+/// instructions (wgmma's HGMMA, QGMMA for FP8, mma.sync's HMMA, or tcgen05's UTCHMMA
+/// and UTCQMMA, which Blackwell kernels issue from one warp while others run the softmax:
+/// [`softmax_loop`] reads theirs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LoopCensus {
     pub instructions: u32,
-    /// HGMMA / HMMA.
+    /// HGMMA / QGMMA / HMMA / UTC*MMA.
     pub tensor: u32,
     /// MUFU (exp2, tanh, rcp, ...).
     pub mufu: u32,
+    /// LDTM / STTM: tensor-memory loads and stores (tcgen05.ld/st; Blackwell only).
+    #[serde(default)]
+    pub tmem: u32,
     /// R2UR: values built on the vector datapath and moved to uniform registers (wgmma
     /// descriptors that ptxas could not keep uniform).
     pub r2ur: u32,
@@ -93,9 +98,33 @@ pub fn disassemble(nvdisasm: &Path, cubin: &Path) -> Result<String, SassError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+fn is_tensor(op: &str) -> bool {
+    matches!(op, "HGMMA" | "QGMMA" | "HMMA") || (op.starts_with("UTC") && op.ends_with("MMA"))
+}
+
+fn is_tmem(op: &str) -> bool {
+    op == "LDTM" || op == "STTM"
+}
+
 /// The census of the main loop in `sass`; `None` when no loop issues tensor-core
 /// instructions.
 pub fn main_loop(sass: &str) -> Option<LoopCensus> {
+    innermost_loop(sass, &|body| body.iter().any(|op| is_tensor(op)))
+}
+
+/// A tcgen05 kernel's softmax loop: the innermost loop that loads from tensor memory,
+/// exponentiates and stores back (S in, P out; the correction warps' loops lack one of
+/// the three); `None` in kernels without tensor memory.
+pub fn softmax_loop(sass: &str) -> Option<LoopCensus> {
+    innermost_loop(sass, &|body| {
+        ["LDTM", "STTM", "MUFU"]
+            .iter()
+            .all(|wanted| body.iter().any(|op| op == wanted))
+    })
+}
+
+/// The census of the shortest loop whose body `wanted` accepts.
+fn innermost_loop(sass: &str, wanted: &dyn Fn(&[&str]) -> bool) -> Option<LoopCensus> {
     // Instructions in order (predicate stripped, mnemonic first), and each label's place.
     let mut ops: Vec<&str> = Vec::new();
     let mut branch_to: Vec<Option<&str>> = Vec::new();
@@ -123,9 +152,8 @@ pub fn main_loop(sass: &str) -> Option<LoopCensus> {
                 .flatten(),
         );
     }
-    let is_tensor = |op: &str| op == "HGMMA" || op == "QGMMA" || op == "HMMA";
     // Loops: a branch back to a label at or before it. The main loop is the shortest one
-    // with tensor-core instructions in it. Past the last EXIT, ptxas puts the retry loops
+    // with tensor-core instructions in it (the softmax loop: with TMEM loads and MUFU). Past the last EXIT, ptxas puts the retry loops
     // of mbarrier waits, out of line, each branching back to its wait: not loops.
     let in_line = last_exit.unwrap_or(ops.len());
     let (start, end) = branch_to
@@ -134,7 +162,7 @@ pub fn main_loop(sass: &str) -> Option<LoopCensus> {
         .take(in_line)
         .filter_map(|(i, target)| {
             let start = *labels.get((*target)?)?;
-            (start <= i && ops[start..=i].iter().any(|op| is_tensor(op))).then_some((start, i))
+            (start <= i && wanted(&ops[start..=i])).then_some((start, i))
         })
         .min_by_key(|(start, end)| end - start)?;
     let body = &ops[start..=end];
@@ -147,6 +175,7 @@ pub fn main_loop(sass: &str) -> Option<LoopCensus> {
         instructions: body.len() as u32,
         tensor: count(&|op| is_tensor(op)),
         mufu: count(&|op| op == "MUFU"),
+        tmem: count(&|op| is_tmem(op)),
         r2ur: count(&|op| op == "R2UR"),
         local: count(&|op| is_local(op)),
         opcodes,

@@ -5,6 +5,7 @@
 //! from arithmetic alone (shared memory, tile divisibility, a register estimate) and
 //! names a heuristic default, the config served when nothing has been tuned.
 
+mod blackwell;
 mod hopper;
 mod portable;
 
@@ -55,15 +56,17 @@ impl TemplateSpace for Template {
         match self {
             Template::Portable => "portable_fwd.cu.tera",
             Template::Hopper => "hopper_fwd.cu.tera",
+            Template::Blackwell => "blackwell_fwd.cu.tera",
         }
     }
 
     /// The Hopper kernels pass a key block's live width to generic lambdas as a type;
-    /// NVRTC compiles those as host functions unless unannotated ones default to device.
+    /// NVRTC compiles those as host functions unless unannotated ones default to device
+    /// (the Blackwell kernels include Hopper's TMA and mbarrier headers).
     fn nvrtc_flags(self) -> &'static [&'static str] {
         match self {
             Template::Portable => &[],
-            Template::Hopper => &["-default-device"],
+            Template::Hopper | Template::Blackwell => &["-default-device"],
         }
     }
 
@@ -71,6 +74,7 @@ impl TemplateSpace for Template {
         match self {
             Template::Portable => &Arch::ALL,
             Template::Hopper => &[Arch::Sm90],
+            Template::Blackwell => &[Arch::Sm100],
         }
     }
 
@@ -78,6 +82,7 @@ impl TemplateSpace for Template {
         match self {
             Template::Portable => portable::HEAD_DIMS,
             Template::Hopper => hopper::HEAD_DIMS,
+            Template::Blackwell => blackwell::HEAD_DIMS,
         }
     }
 
@@ -88,6 +93,7 @@ impl TemplateSpace for Template {
                 // (FP8 is the Hopper template's alone, and only some of its specs)
                 Template::Portable => !spec.dtype.is_fp8(),
                 Template::Hopper => hopper::supports_dtype(spec),
+                Template::Blackwell => blackwell::supports_spec(spec),
             }
     }
 
@@ -99,6 +105,7 @@ impl TemplateSpace for Template {
         match self {
             Template::Portable => portable::candidates(spec),
             Template::Hopper => hopper::candidates(spec),
+            Template::Blackwell => blackwell::candidates(spec),
         }
     }
 
@@ -106,6 +113,7 @@ impl TemplateSpace for Template {
         match self {
             Template::Portable => portable::check(spec, config),
             Template::Hopper => hopper::check(spec, config),
+            Template::Blackwell => blackwell::check(spec, config),
         }
     }
 
@@ -113,6 +121,7 @@ impl TemplateSpace for Template {
         match self {
             Template::Portable => portable::default_config(spec),
             Template::Hopper => hopper::default_config(spec),
+            Template::Blackwell => blackwell::default_config(spec),
         }
     }
 
@@ -125,6 +134,7 @@ impl TemplateSpace for Template {
         match self {
             Template::Portable => portable::render_values(spec, config, footprint),
             Template::Hopper => hopper::render_values(spec, config, footprint),
+            Template::Blackwell => blackwell::render_values(spec, config, footprint),
         }
     }
 }
@@ -133,10 +143,13 @@ impl TemplateSpace for Template {
 /// wherever it offers the spec and is not held back there (d96, which it builds in
 /// d128's tiles, until its tune and timing). Its defaults ran 1.03 to 1.68x the portable
 /// ones on every timed cell of the FA3 grid, varlen, d192, windows, sinks, softcap and
-/// pages on the H200. Tuning keys are per template, so the tuner picks configs within
-/// the serving template.
+/// pages on the H200. The Blackwell template never serves yet ([`blackwell::HELD_BACK`]:
+/// no sm100 GPU has run it). Tuning keys are per template, so the tuner picks configs
+/// within the serving template.
 pub fn serving_template(spec: &KernelSpec) -> Template {
-    if Template::Hopper.supports(spec)
+    if Template::Blackwell.supports(spec) && !blackwell::HELD_BACK {
+        Template::Blackwell
+    } else if Template::Hopper.supports(spec)
         && !hopper::HELD_BACK_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
         && !hopper::awaits_verify(spec)
     {
@@ -147,11 +160,31 @@ pub fn serving_template(spec: &KernelSpec) -> Template {
 }
 
 /// The template that builds `spec` but does not serve it yet (d96 and e4m3 on the Hopper
-/// template): what `explain` names beside the choice.
+/// template, every sm100 spec on the Blackwell template): what `explain` names beside
+/// the choice.
 pub fn held_back_template(spec: &KernelSpec) -> Option<Template> {
     // (no template serves a held-back dtype: Template::serves is false for both)
-    (Template::Hopper.supports(spec) && serving_template(spec) != Template::Hopper)
-        .then_some(Template::Hopper)
+    [Template::Blackwell, Template::Hopper]
+        .into_iter()
+        .find(|&t| t.supports(spec) && serving_template(spec) != t)
+}
+
+/// Why [`held_back_template`] does not serve `spec` yet, and what lifts it.
+pub fn held_back_reason(template: Template, spec: &KernelSpec) -> String {
+    match template {
+        Template::Blackwell => format!(
+            "the blackwell template (tcgen05) builds this spec but no {} GPU has run it: the \
+             {} template serves it until `fa4-gen verify --arch {} --template blackwell` passes on one",
+            spec.arch,
+            serving_template(spec),
+            spec.arch
+        ),
+        t => format!(
+            "the {t} template builds this head dim but the {} template serves it until the \
+             {t} kernels are tuned and timed ahead (bench/headdim_check.sh run)",
+            serving_template(spec)
+        ),
+    }
 }
 
 /// Whether `spec` is built but held back from the shipped cache until `fa4-gen verify`

@@ -17,15 +17,20 @@ pub enum Template {
     /// pingponging consumer warpgroups, persistent or not (and a first-stage schedule
     /// without the producer, which paged K/V's defaults keep).
     Hopper,
+    /// Blackwell's fifth-generation tensor cores (`tcgen05`, sm_100a): S and O in tensor
+    /// memory, FA4's warp roles (load, MMA, softmax per Q stage, correction). Compiled
+    /// and checked without an sm100 GPU; served nowhere until one has verified it.
+    Blackwell,
 }
 
 impl Template {
-    pub const ALL: [Template; 2] = [Template::Portable, Template::Hopper];
+    pub const ALL: [Template; 3] = [Template::Portable, Template::Hopper, Template::Blackwell];
 
     pub fn name(self) -> &'static str {
         match self {
             Template::Portable => "portable",
             Template::Hopper => "hopper",
+            Template::Blackwell => "blackwell",
         }
     }
 }

@@ -218,6 +218,23 @@ __device__ __forceinline__ void tmem_wait_ld(u32 (&r)[N], Rest&... rest) {
 // Until this warp's stores so far have written TMEM.
 __device__ __forceinline__ void tmem_wait_st() { asm volatile("tcgen05.wait::st.sync.aligned;\n" ::: "memory"); }
 
+// ---- one lane of a converged warp --------------------------------------------------------
+// True in exactly one lane of the (whole, converged) warp that executes it. A branch on
+// it is one ptxas knows to be taken by a single lane: the tcgen05 instructions inside
+// keep their uniform operands, where a branch on `lane == 0` makes ptxas wrap each in a
+// loop over the lanes' distinct operands (BRA.U.ANY around every UTCHMMA).
+__device__ __forceinline__ bool elect_one() {
+    u32 elected;
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b32 leader;\n"
+        "elect.sync leader|p, 0xffffffff;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(elected)
+        :
+        : "memory");
+    return elected != 0;
+}
+
 // ---- ordering around thread synchronisation ----------------------------------------------
 // This thread's tcgen05 operations so far are ordered before the barrier or mbarrier
 // arrival that follows.
