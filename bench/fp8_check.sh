@@ -6,8 +6,9 @@
 #                                   # cudnn-frontend's wheel into .device/
 #   bash bench/fp8_check.sh run     # on the GPU host, carrying .device; results in $OUT/r
 #   bash bench/fp8_check.sh tune    # there too: the tune of the e4m3 specs, then the grid
-#   bash bench/fp8_check.sh verify  # there too: run's checks without the timings
-#                                   # (FEATURES=paged,sinks+paged narrows the specs)
+#   bash bench/fp8_check.sh verify  # there too: run's checks without the timings, the
+#                                   # defaults' first (FEATURES=paged,sinks+paged narrows
+#                                   # the specs)
 #
 # Every mask, sinks and pages: e4m3 over paged K/V, built but held back from the shipped
 # cache, is verified here (and checked through Python from a --held-back cache).
@@ -84,7 +85,8 @@ run() {
 
 verify() {
     begin ""
-    step compile 60 "$B" compile "${SPECS[@]}" --out /tmp/build -q
+    # the defaults first (what the shipped cache would serve), every tile after them
+    step compile 60 "$B" compile "${SPECS[@]}" --default-only --out /tmp/build -q
     step verify-e4m3 40 "$B" verify "${SPECS[@]}" --build-dir /tmp/build -q --json "$R/verify-e4m3.json"
     pycheck /tmp/sm90.json
     step verify-e4m3-all 100 "$B" verify "${SPECS[@]}" --all-configs \
