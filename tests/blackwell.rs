@@ -415,4 +415,38 @@ fn sass_reads_the_mma_and_softmax_loops() {
     assert_eq!(row["softmax_loop"]["opcodes"]["STTM"], 2, "{row}");
     assert_eq!(count("softmax_loop", "local"), 0, "{row}");
     assert_eq!(row["local_accesses"], 0, "{row}");
+
+    // A cubin built elsewhere (FA4's, by bench/fa4_sm100_sass.py) is read the same way,
+    // without a build folder.
+    let cubin = dir.path().join("build").join(
+        std::fs::read_dir(dir.path().join("build/cubin/sm100"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("blackwell_")
+            })
+            .unwrap(),
+    );
+    let out = crate::common::fa4_gen(
+        dir.path(),
+        &[
+            "sass",
+            "--arch",
+            "sm100",
+            "--out",
+            "absent",
+            "--json",
+            "--cubin",
+            cubin.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["main_loop"], row["main_loop"]);
+    assert_eq!(rows[0]["kernel"], cubin.display().to_string());
 }

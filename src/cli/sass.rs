@@ -28,6 +28,11 @@ pub struct SassArgs {
     /// Print JSON (every opcode's count too).
     #[arg(long)]
     pub json: bool,
+    /// Also read these cubins, built elsewhere (e.g. FA4's sm100 kernel compiled by the
+    /// CuTe DSL without a GPU): each a row named by its file, beside the build's kernels.
+    /// With only these, the build folder may be absent.
+    #[arg(long)]
+    pub cubin: Vec<PathBuf>,
 }
 
 /// A built kernel's id without its hash: its spec and config, across template edits.
@@ -99,7 +104,26 @@ pub(super) fn run(a: SassArgs) -> CliResult {
         }
         Ok(out)
     };
-    let ours = census_of(&a.out)?;
+    let mut ours = if a.cubin.is_empty() || BuildDir::new(&a.out).report_path(arch).is_file() {
+        census_of(&a.out)?
+    } else {
+        BTreeMap::new()
+    };
+    for path in &a.cubin {
+        let text =
+            sass::disassemble(&nvdisasm, path).map_err(|e| CliError::Failed(e.to_string()))?;
+        let name = path.display().to_string();
+        ours.insert(
+            name.clone(),
+            KernelSass {
+                kernel: name,
+                main_loop: sass::main_loop(&text),
+                softmax_loop: sass::softmax_loop(&text),
+                instructions: sass::instruction_count(&text),
+                local_accesses: sass::local_accesses(&text),
+            },
+        );
+    }
     let theirs = a.against.as_ref().map(census_of).transpose()?;
     if a.json {
         let rows: Vec<serde_json::Value> = ours

@@ -127,9 +127,13 @@ pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
 fn launch_registers(c: &TileConfig) -> u32 {
     (65536 / threads(c)) / 8 * 8
 }
-fn softmax_registers(c: &TileConfig) -> u32 {
+fn softmax_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
     let q = q_stages(c);
-    let (issue, correction) = if q == 2 { (48, 80) } else { (96, 160) };
+    let (issue, correction) = match (q, padded(spec.head_dim)) {
+        (1, _) => (96, 160),
+        (_, 0..=128) => (56, 72),
+        _ => (48, 80),
+    };
     ((launch_registers(c) * (q + 2) - issue - correction) / q) / 8 * 8
 }
 
@@ -208,7 +212,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         );
     }
     let needed = softmax_registers_needed(c);
-    let granted = softmax_registers(c);
+    let granted = softmax_registers(spec, c);
     if needed > granted {
         return reject(
             RejectKind::Registers,

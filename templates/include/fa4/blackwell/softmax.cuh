@@ -55,6 +55,10 @@ struct RowSoftmax {
         const int row = tile.row(stage, t);
         const int keys_begin = tile.mask.col_begin(row);
         const int keys_end = tile.mask.col_end(row);
+        // Keys every row of the stage sees: [the last row's first, the first row's end)
+        // (common/mask.cuh's bounds never decrease with the row).
+        const int stage_keys_begin = tile.mask.col_begin(tile.row(stage, 127));
+        const int stage_keys_end = tile.mask.col_end(tile.row(stage, 0));
         // Soft-capped scores are tanh(s scale / cap) in [-1, 1]; exp2 then scales by cap log2 e.
         const float score_log2 = T::kSoftcap ? params.softcap * kLog2e : params.scale_log2;
         const float to_unit = T::kSoftcap ? params.softmax_scale / params.softcap : 1.f;
@@ -81,7 +85,9 @@ struct RowSoftmax {
 #pragma unroll
                 for (int j = 0; j < T::kBlockN; ++j) s[j] = tanh_approx(s[j] * to_unit);
             }
-            if (key0 < keys_begin || key0 + T::kBlockN > keys_end) {
+            // Whether any row of the stage needs the mask here: one answer for the whole
+            // warpgroup, so a diagonal block's warps do not run both paths.
+            if (key0 < stage_keys_begin || key0 + T::kBlockN > stage_keys_end) {
 #pragma unroll
                 for (int j = 0; j < T::kBlockN; ++j)
                     if (key0 + j < keys_begin || key0 + j >= keys_end) s[j] = neg_inf();

@@ -76,9 +76,11 @@ struct Traits {
     // ---- registers (setmaxnreg): softmax rows hold a key block of scores ----------------
     // What the launch gives every thread (65536 / kThreads, rounded down to 8), and the
     // split: the load/MMA warpgroup gives most of its share to the softmax warpgroups.
+    // Two stages up to d128 take FA4's 56 / 72 (the MMA warp's descriptors then stay in
+    // uniform registers); wider heads' correction needs 80, leaving 48 to issue.
     static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
-    static constexpr int kIssueRegs = kQStages == 2 ? 48 : 96;
-    static constexpr int kCorrectionRegs = kQStages == 2 ? 80 : 160;
+    static constexpr int kIssueRegs = kQStages == 1 ? 96 : kQkPad <= 128 ? 56 : 48;
+    static constexpr int kCorrectionRegs = kQStages == 1 ? 160 : kQkPad <= 128 ? 72 : 80;
     static constexpr int kSoftmaxRegs =
         ((kLaunchRegs * (kQStages + 2) - kIssueRegs - kCorrectionRegs) / kQStages) / 8 * 8;
     static_assert(kSoftmaxRegs <= 256, "setmaxnreg takes at most 256");
