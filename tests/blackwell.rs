@@ -418,18 +418,16 @@ fn sass_reads_the_mma_and_softmax_loops() {
 
     // A cubin built elsewhere (FA4's, by bench/fa4_sm100_sass.py) is read the same way,
     // without a build folder.
-    let cubin = dir.path().join("build").join(
-        std::fs::read_dir(dir.path().join("build/cubin/sm100"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .find(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("blackwell_")
-            })
-            .unwrap(),
-    );
+    let cubin = std::fs::read_dir(dir.path().join("build/cubin/sm100"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("blackwell_")
+        })
+        .unwrap();
     let out = crate::common::fa4_gen(
         dir.path(),
         &[
