@@ -38,6 +38,7 @@ pub(super) fn run(a: ListArgs) -> CliResult {
                     "config": p.candidate.config,
                     "is_default": p.is_default,
                     "verdict": verdict,
+                    "resources": space::resource_note(p.candidate.template, &p.candidate.spec, &p.candidate.config),
                 })
             })
             .collect();
@@ -64,6 +65,14 @@ pub(super) fn run(a: ListArgs) -> CliResult {
                     },
                 ),
                 Err(r) => ("-".into(), "-".into(), format!("pruned: {}", r.reason)),
+            };
+            let verdict = match space::resource_note(
+                p.candidate.template,
+                &p.candidate.spec,
+                &p.candidate.config,
+            ) {
+                Some(note) => format!("{verdict} ({note})"),
+                None => verdict,
             };
             println!(
                 "{:<9} {:<26} {:<22} {:>8} {:>5}  {verdict}",

@@ -127,14 +127,30 @@ pub(super) fn smem_bytes(spec: &KernelSpec, c: &TileConfig) -> u32 {
 fn launch_registers(c: &TileConfig) -> u32 {
     (65536 / threads(c)) / 8 * 8
 }
-fn softmax_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
-    let q = q_stages(c);
-    let (issue, correction) = match (q, padded(spec.head_dim)) {
+/// traits.cuh's kIssueRegs and kCorrectionRegs.
+fn issue_and_correction_registers(spec: &KernelSpec, c: &TileConfig) -> (u32, u32) {
+    match (q_stages(c), padded(spec.head_dim)) {
         (1, _) => (96, 160),
         (_, 0..=128) => (56, 72),
         _ => (48, 80),
-    };
+    }
+}
+fn softmax_registers(spec: &KernelSpec, c: &TileConfig) -> u32 {
+    let q = q_stages(c);
+    let (issue, correction) = issue_and_correction_registers(spec, c);
     ((launch_registers(c) * (q + 2) - issue - correction) / q) / 8 * 8
+}
+
+/// What a config holds beyond the footprint's shared memory: tensor-memory columns and
+/// each warp role's registers after setmaxnreg (ptxas reports the launch's only).
+pub(super) fn resource_note(spec: &KernelSpec, c: &TileConfig) -> String {
+    let (issue, correction) = issue_and_correction_registers(spec, c);
+    format!(
+        "TMEM {} of 512 columns ({} used); registers per thread: softmax {}, correction {correction}, load/MMA {issue}",
+        tmem_columns(spec, c),
+        tmem_columns_used(spec, c),
+        softmax_registers(spec, c),
+    )
 }
 
 /// What a softmax thread holds: a key block of f32 scores (P's 16-bit pairs take their

@@ -169,6 +169,13 @@ pub fn held_back_template(spec: &KernelSpec) -> Option<Template> {
         .find(|&t| t.supports(spec) && serving_template(spec) != t)
 }
 
+/// What a template's config holds beyond its [`Footprint`] where ptxas cannot say
+/// (Blackwell: tensor-memory columns and each warp role's registers), for `list`.
+pub fn resource_note(template: Template, spec: &KernelSpec, config: &TileConfig) -> Option<String> {
+    (template == Template::Blackwell && template.check(spec, config).is_ok())
+        .then(|| blackwell::resource_note(spec, config))
+}
+
 /// Why [`held_back_template`] does not serve `spec` yet, and what lifts it.
 pub fn held_back_reason(template: Template, spec: &KernelSpec) -> String {
     match template {

@@ -137,3 +137,33 @@ fn rendered_descriptors_follow_the_tiles() {
     assert_eq!(values["tmem_columns"], 512);
     assert_eq!(values["q_stages"], 2);
 }
+
+/// `list --configs` shows what ptxas cannot: each warp role's registers after setmaxnreg
+/// (traits.cuh's split, which the kernel asserts hands out no more than the launch holds)
+/// and the tensor-memory columns, a power of two.
+#[test]
+fn resource_notes_give_the_register_split_and_tmem() {
+    let d128 = spec(128, 128);
+    let note = resource_note(&d128, &default_config(&d128));
+    assert!(
+        note.contains("TMEM 512 of 512 columns (512 used)"),
+        "{note}"
+    );
+    assert!(
+        note.contains("softmax 192, correction 72, load/MMA 56"),
+        "{note}"
+    );
+    let d256 = spec(256, 256);
+    let note = resource_note(&d256, &default_config(&d256));
+    assert!(
+        note.contains("TMEM 512 of 512 columns (320 used)"),
+        "{note}"
+    );
+    assert!(
+        note.contains("softmax 248, correction 160, load/MMA 96"),
+        "{note}"
+    );
+    let d64 = spec(64, 64);
+    let small = config(1, 64, 2, true);
+    assert!(resource_note(&d64, &small).contains("TMEM 128 of 512 columns (128 used)"));
+}
