@@ -677,17 +677,22 @@ fn fp8_kernels_are_shipped_for_sm90_alone() {
             .count(),
         6
     );
-    // Held back until a GPU verifies them: e4m3 over paged K/V, which a `--held-back`
-    // build adds (the same 18 specs, paged), and nothing else.
+    // Held back until a GPU verifies them: e4m3 over paged K/V and e4m3 with softcap
+    // (alone and together), which a `--held-back` build adds, and nothing else.
     let with_held_back = cache::specs(&archs, &[], &Features::ALL, true).unwrap();
     let added: Vec<_> = with_held_back
         .iter()
         .filter(|x| !shipped.contains(x))
         .collect();
-    assert_eq!(added.len(), 3 * 3 * 2, "{added:?}");
+    assert_eq!(added.len(), 3 * 3 * 2 * 3, "{added:?}");
+    for (paged, softcap) in [(true, false), (false, true), (true, true)] {
+        let n = added
+            .iter()
+            .filter(|(_, s)| s.features.paged_kv == paged && s.features.softcap == softcap)
+            .count();
+        assert_eq!(n, 3 * 3 * 2, "paged {paged} softcap {softcap}");
+    }
     assert!(added.iter().all(|(t, s)| *t == Template::Hopper
         && s.dtype == Dtype::E4m3
-        && s.features.paged_kv
-        && !s.features.softcap
         && fa4_gen::space::awaits_verify(s)));
 }

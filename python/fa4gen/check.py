@@ -621,31 +621,31 @@ def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False):
     return [quantise(x) for x in xs] + ds
 
 
-def fp8_verdict(name, d, o, lse, seqs, causal, packed=False, window=(-1, -1), sinks=None):
+def fp8_verdict(name, d, o, lse, seqs, causal, packed=False, window=(-1, -1), sinks=None, softcap=0.0):
     """verdict of an e4m3 call: `seqs` holds each sequence's dequantised (q, k, v), whose
     f32 reference and FP8 LSE slack are joined as the call lays out its rows (`packed`:
     one after another, else stacked by sequence)."""
     scale = 1.0 / math.sqrt(d)
-    refs = [reference_one(q, k, v, scale, causal, window, 0.0, sinks) for q, k, v in seqs]
+    refs = [reference_one(q, k, v, scale, causal, window, softcap, sinks) for q, k, v in seqs]
     slack = [fp8_lse_slack(q, k, scale) for q, k, _ in seqs]
     rows, heads = ((lambda x: torch.cat(x, 0)), (lambda x: torch.cat(x, 1))) if packed else (torch.stack, torch.stack)
     return verdict(name, d, E4M3, o, rows([r[0] for r in refs]), lse, heads([r[1] for r in refs]), heads(slack))
 
 
 def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="random", outliers=False, window=(-1, -1),
-                  sinks=False, cache=None):
+                  sinks=False, softcap=0.0, cache=None):
     q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers)
     sink_t = random_sinks(hq) if sinks else None
     out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
-    o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, sinks=sink_t, q_descale=qd,
-                                    k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
+    o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink_t,
+                                    q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
     torch.cuda.synchronize()
     seqs = [(dequantise(q[b], qd, b), dequantise(k[b], kd, b), dequantise(v[b], vd, b)) for b in range(batch)]
-    return fp8_verdict(name, d, o, lse, seqs, causal, window=window, sinks=sink_t)
+    return fp8_verdict(name, d, o, lse, seqs, causal, window=window, sinks=sink_t, softcap=softcap)
 
 
 def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outliers=False, strided=False,
-                   window=(-1, -1), sinks=False, cache=None):
+                   window=(-1, -1), sinks=False, softcap=0.0, cache=None):
     """A packed e4m3 batch through flash_attn_varlen_func; with ``strided`` Q, K and V are
     views into one [tokens, 3, heads, d] buffer; ``descales`` may also be "mixed" (q's
     expanded per-tensor, k's a transposed view, v's contiguous: strides that differ)."""
@@ -664,13 +664,14 @@ def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outl
     sink_t = random_sinks(hq) if sinks else None
     out = torch.full((total_q, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
     o, lse = fa4gen.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
-                                           causal=causal, window_size=window, sinks=sink_t, q_descale=qd,
-                                           k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
+                                           causal=causal, window_size=window, softcap=softcap, sinks=sink_t,
+                                           q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True, out=out,
+                                           cache=cache)
     torch.cuda.synchronize()
     sq_, sk_ = cu_q.tolist(), cu_k.tolist()
     seqs = [(dequantise(q[sq_[b]:sq_[b + 1]], qd, b), dequantise(k[sk_[b]:sk_[b + 1]], kd, b),
              dequantise(v[sk_[b]:sk_[b + 1]], vd, b)) for b in range(batch)]
-    return fp8_verdict(name, d, o, lse, seqs, causal, packed=True, window=window, sinks=sink_t)
+    return fp8_verdict(name, d, o, lse, seqs, causal, packed=True, window=window, sinks=sink_t, softcap=softcap)
 
 
 def run_fp8_kvcache_dense(name, d, batch, sq, cache_rows, lengths, hq, hkv, causal=False, cache=None):
@@ -711,10 +712,12 @@ def run_fp8_kvcache_paged(name, d, sq, lengths, page_size, hq, hkv, causal=True,
     return fp8_verdict(name, d, o, lse, seqs, causal)
 
 
-def fp8_kernels(cache, d, paged=False):
-    """None when the cache serves e4m3 at head dim d (over pages with ``paged``), else why not."""
+def fp8_kernels(cache, d, paged=False, softcap=False):
+    """None when the cache serves e4m3 at head dim d (over pages with ``paged``, soft-capped
+    with ``softcap``), else why not."""
     try:
-        fa4gen.KernelCache(cache).select(head_dim=d, max_seqlen_q=2048, dtype="e4m3", causal=True, paged=paged)
+        fa4gen.KernelCache(cache).select(head_dim=d, max_seqlen_q=2048, dtype="e4m3", causal=True, paged=paged,
+                                         softcap=1.0 if softcap else 0.0)
         return None
     except fa4gen.Fa4genError as e:
         return str(e)
@@ -772,6 +775,20 @@ def fp8_cases(cache, head_dims):
             ]
         else:
             print("skip e4m3 paged cases: not in this cache (held back until verified; build-cache --held-back)",
+                  flush=True)
+        # Soft-capped e4m3 (Gemma 2's caps, and tighter ones that bend most scores), where the
+        # cache has the (held-back) soft-capped kernels.
+        if fp8_kernels(cache, d, softcap=True) is None:
+            rows += [
+                run_fp8_dense("e4m3 dense causal softcap 2 gqa4", d, 2, 300, 333, 8, 2, causal=True, softcap=2.0,
+                              cache=cache),
+                run_fp8_varlen("e4m3 varlen ragged softcap 50 (gemma-2), sinks", d, RAGGED, 8, 2, causal=True,
+                               softcap=50.0, sinks=True, cache=cache),
+                run_fp8_varlen("e4m3 varlen window(64,0) softcap 5", d, RAGGED, 8, 8, causal=True, window=(64, 0),
+                               softcap=5.0, cache=cache),
+            ]
+        else:
+            print("skip e4m3 softcap cases: not in this cache (held back until verified; build-cache --held-back)",
                   flush=True)
         for d in head_dims:
             if d == 128:

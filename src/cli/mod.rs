@@ -86,7 +86,7 @@ pub struct SpecArgs {
     #[arg(long = "head-dim", value_delimiter = ',')]
     pub head_dim: Vec<String>,
     /// Element types: bf16, fp16, e4m3 (FP8: the Hopper template, d64, d128 and d256, any
-    /// mask, sinks, pages; no softcap yet) [default: bf16 and fp16].
+    /// mask, sinks, softcap, pages) [default: bf16 and fp16].
     #[arg(long, value_delimiter = ',')]
     pub dtype: Vec<String>,
     /// Masks: none, causal, local (a sliding window given at run time) [default: all].

@@ -54,6 +54,11 @@ pub(super) const HELD_BACK_FP8_SINKS: bool = false;
 /// tile is; compiled for every e4m3 tile, not yet run.
 pub(super) const HELD_BACK_FP8_PAGED: bool = true;
 
+/// Likewise for soft-capped FP8 specs: the descales scale the scores before the tanh
+/// (kernel_ws.cuh), the exp2 keeps the cap's scale; compiled for every e4m3 tile, not
+/// yet run.
+pub(super) const HELD_BACK_FP8_SOFTCAP: bool = true;
+
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
 /// swizzle atom; the QK GEMM steps over the real columns only.
@@ -68,12 +73,10 @@ fn padded_units(cols: u32, dtype: Dtype) -> u32 {
 }
 
 /// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, any mask, sinks,
-/// paged K/V (held back: [`HELD_BACK_FP8_PAGED`]), no softcap (traits.cuh asserts the same).
+/// softcap and paged K/V (held back: [`HELD_BACK_FP8_SOFTCAP`], [`HELD_BACK_FP8_PAGED`]).
 pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
     !spec.dtype.is_fp8()
-        || ([64, 128, 256].contains(&spec.head_dim)
-            && spec.head_dim_v == spec.head_dim
-            && !spec.features.softcap)
+        || ([64, 128, 256].contains(&spec.head_dim) && spec.head_dim_v == spec.head_dim)
 }
 
 /// Whether the template builds `spec` but the shipped cache waits for `fa4-gen verify` on
@@ -84,6 +87,7 @@ pub(super) fn awaits_verify(spec: &KernelSpec) -> bool {
         || (spec.dtype.is_fp8()
             && (HELD_BACK_FP8_MASKS.contains(&spec.mask)
                 || (HELD_BACK_FP8_SINKS && spec.features.sinks)
+                || (HELD_BACK_FP8_SOFTCAP && spec.features.softcap)
                 || (HELD_BACK_FP8_PAGED && spec.features.paged_kv)))
 }
 
@@ -532,7 +536,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         return reject(
             RejectKind::Shape,
             format!(
-                "{} is offered at head dims 64, 128 and 256, any mask, with or without sinks or pages, without softcap",
+                "{} is offered at head dims 64, 128 and 256, any mask, with or without sinks, softcap or pages",
                 spec.dtype
             ),
         );

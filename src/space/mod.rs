@@ -337,8 +337,8 @@ pub enum SelectionError {
     Arch { arch: Arch, offered: String },
     #[error(
         "{dtype} is offered for none of the selected specs: {dtype} kernels are the hopper \
-         template's, on sm90, at head dims 64, 128 and 256, any mask, with or without sinks or \
-         pages, without softcap; pick those with --arch, --head-dim, --mask and --features, or another --dtype"
+         template's, on sm90, at head dims 64, 128 and 256, any mask and features; pick those \
+         with --arch and --head-dim, or another --dtype"
     )]
     Dtype { dtype: Dtype },
 }

@@ -514,7 +514,8 @@ impl KernelCache {
                 q.features.name()
             ),
             fix: if q.dtype.is_fp8() && q.features.softcap {
-                "e4m3 kernels take no softcap yet"
+                "soft-capped e4m3 is held back from the shipped cache until `fa4-gen verify` passes \
+                 on a GPU: build a cache to check it with `fa4-gen build-cache --held-back`"
             } else if q.dtype.is_fp8() && q.features.paged_kv {
                 "e4m3 over paged K/V is held back from the shipped cache until `fa4-gen verify` passes \
                  on a GPU: build a cache to check it with `fa4-gen build-cache --held-back`"

@@ -152,13 +152,22 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
         const int wg_col_end = mask.col_end((imin(wg_row_begin + 64, rows) - 1) / kGroup);
 
         // FP8: the tile's sequence and KV head dequantise Q and K by factors that fold into
-        // the softmax scale (and V's into O, below).
+        // the softmax scale (and V's into O, below). Soft-capped, they scale the scores
+        // before the tanh instead (the tile's own copy of the arguments carries them in
+        // its softmax_scale), and the exp2 keeps the cap's scale.
         float fp8_scale_log2 = 0.f;
-        if constexpr (T::kIsFp8) {
+        FwdParams fp8_capped;  // (FP8 soft-capped kernels only)
+        if constexpr (T::kIsFp8 && T::kSoftcap) {
+            fp8_capped = params;
+            fp8_capped.softmax_scale *= descale->at(descale->q, w.batch, w.kv_head) *
+                                        descale->at(descale->k, w.batch, w.kv_head);
+            fp8_scale_log2 = score_scale_log2;
+        } else if constexpr (T::kIsFp8) {
             fp8_scale_log2 = score_scale_log2 * descale->at(descale->q, w.batch, w.kv_head) *
                              descale->at(descale->k, w.batch, w.kv_head);
         }
         const float& tile_scale_log2 = T::kIsFp8 ? fp8_scale_log2 : score_scale_log2;
+        const FwdParams& loop_params = T::kIsFp8 && T::kSoftcap ? fp8_capped : params;
 
         // ---- load: this consumer's Q rows, by the producer --------------------------------
         const int qb = q_round % kQBuffers;
@@ -189,7 +198,7 @@ __device__ __forceinline__ void consume(const FwdParams& params, const TmaMaps m
         using Mainloop = typename Parts::template Mainloop<decltype(block_turn)>;
         const typename Mainloop::First first{T::kHiddenFirst ? hidden_first : half_first};
         const Mainloop mainloop{
-            params, smem, turns, block_turn, release, tile_scale_log2, consumer, it, w, n_end, n_tiles, mask, rows_at,
+            loop_params, smem, turns, block_turn, release, tile_scale_log2, consumer, it, w, n_end, n_tiles, mask, rows_at,
             q_tile, qb, first, o_acc, softmax, s, s_flat, p, s_half, next_at, sched, round};
         // The key blocks, down the offset's path: kCapOffset fixes it by the cap where the
         // cap allows (fragments.cuh), chosen once, so each path is its own copy of the loop.

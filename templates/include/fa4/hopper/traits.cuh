@@ -180,8 +180,8 @@ struct Traits {
     static_assert(!kIsFp8 || (kWarpSpecialized && (kTma || kPaged) && kStages >= 2 && kBlockN % 32 == 0),
                   "FP8: the warp-specialised schedule, K/V by TMA or from pages (its producer transposes "
                   "V), a ring of two or more stages, whole k32 steps of keys");
-    static_assert(!kIsFp8 || (!kHalfFirst && !kHiddenFirst && !kSoftcap && !kPackGqa && kClusterM == 1),
-                  "FP8: whole key blocks; no softcap, pack-GQA or clusters yet");
+    static_assert(!kIsFp8 || (!kHalfFirst && !kHiddenFirst && !kPackGqa && kClusterM == 1),
+                  "FP8: whole key blocks; no pack-GQA or clusters yet");
     // Registers move from the producer to the consumers within the block's allotment.
     static constexpr int kLaunchRegs = (65536 / (kThreads * kBlocksPerSm) > 255 ? 255 : 65536 / (kThreads * kBlocksPerSm)) / 8 * 8;
     static_assert(!kWarpSpecialized || kProducerRegs * 128 + kConsumerRegs * 128 * kWarpgroups <= kLaunchRegs * kThreads,
