@@ -10,9 +10,10 @@
 #                                   # defaults' first (FEATURES=paged,sinks+paged narrows
 #                                   # the specs)
 #
-# Every mask, sinks, softcap and pages: e4m3 over paged K/V and soft-capped e4m3, built but
-# held back from the shipped cache, are verified here (and checked through Python from a
-# --held-back cache).
+# Every mask, sinks, softcap and pages: e4m3 over paged K/V, soft-capped e4m3 and e4m3 at
+# 192/128, built but held back from the shipped cache, are verified here (and checked
+# through Python from a --held-back cache). HEAD_DIMS narrows the head dims as FEATURES
+# the features.
 # run: every e4m3 kernel compiled on the host; `verify` of the defaults; a cache with them
 # (`build-cache`) checked through Python (`fa4gen.check`); the FP8 grid beside cuDNN's
 # FP8 SDPA and our bf16 kernels (bench/peers_fp8.py); then `verify` and `bench` of every
@@ -57,7 +58,7 @@ begin() {
 # A cache of the e4m3 kernels from the export $1 (with the held-back paged ones), checked
 # through Python.
 pycheck() {
-    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256 --features none,sinks,paged,softcap --held-back \
+    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256,192 --features none,sinks,paged,softcap --held-back \
         --tuning-db "$1" --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
 }
@@ -68,7 +69,7 @@ grid() {
     step peers-fp8 150 $PY python3 bench/peers_fp8.py --out "$R" --cache /tmp/gen
 }
 
-SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --features "${FEATURES:-none,sinks,paged,sinks+paged,softcap,sinks+softcap}")
+SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim "${HEAD_DIMS:-64,128,256,192}" --features "${FEATURES:-none,sinks,paged,sinks+paged,softcap,sinks+softcap}")
 # What the tuner tunes: the dense buckets of causal and unmasked kernels (local windows and
 # sinks are served their defaults).
 TUNE_SPECS=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,256 --mask none,causal --features none)

@@ -678,15 +678,21 @@ fn fp8_kernels_are_shipped_for_sm90_alone() {
         6
     );
     // Held back until a GPU verifies them: e4m3 over paged K/V and e4m3 with softcap
-    // (alone and together), which a `--held-back` build adds, and nothing else.
+    // (alone and together) at the served head dims, and every e4m3 spec at DeepSeek's
+    // 192/128, which a `--held-back` build adds, and nothing else.
     let with_held_back = cache::specs(&archs, &[], &Features::ALL, true).unwrap();
     let added: Vec<_> = with_held_back
         .iter()
         .filter(|x| !shipped.contains(x))
         .collect();
-    assert_eq!(added.len(), 3 * 3 * 2 * 3, "{added:?}");
+    let (wide, served_dims): (Vec<&&(Template, KernelSpec)>, Vec<_>) = added
+        .iter()
+        .partition(|(_, s)| (s.head_dim, s.head_dim_v) == (192, 128));
+    // 3 masks x sinks, softcap and pages each on or off
+    assert_eq!(wide.len(), 3 * 8, "{wide:?}");
+    assert_eq!(served_dims.len(), 3 * 3 * 2 * 3, "{served_dims:?}");
     for (paged, softcap) in [(true, false), (false, true), (true, true)] {
-        let n = added
+        let n = served_dims
             .iter()
             .filter(|(_, s)| s.features.paged_kv == paged && s.features.softcap == softcap)
             .count();

@@ -604,15 +604,16 @@ def random_descales(batch, hkv):
     return torch.rand(batch, hkv, device=DEV) * 1.5 + 0.5  # in [0.5, 2]
 
 
-def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False):
+def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False, dv=None):
     """e4m3 q, k, v from N(0,1) and their descales: "random" ([0.5, 2] per sequence and
     KV head), "none", or with ``outliers`` (4 channels x 20) a per-tensor scale that fits
-    them, expanded to [batch, hkv] (stride 0)."""
-    xs = [torch.randn(*shape, device=DEV) for shape in (shape_q, shape_k, shape_k)]
+    them, expanded to [batch, hkv] (stride 0). v's last dim is ``dv`` (default k's)."""
+    shape_v = shape_k[:-1] + (dv or shape_k[-1],)
+    xs = [torch.randn(*shape, device=DEV) for shape in (shape_q, shape_k, shape_v)]
     if outliers:
-        chans = torch.randperm(shape_q[-1])[:4].to(DEV)
         ds = []
         for x in xs:
+            chans = torch.randperm(x.shape[-1])[:4].to(DEV)
             x[..., chans] *= 20.0
             scale = x.abs().max().item() / 448.0
             ds.append(torch.full((1,), scale, device=DEV).expand(batch, hkv))
@@ -633,10 +634,11 @@ def fp8_verdict(name, d, o, lse, seqs, causal, packed=False, window=(-1, -1), si
 
 
 def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="random", outliers=False, window=(-1, -1),
-                  sinks=False, softcap=0.0, cache=None):
-    q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers)
+                  sinks=False, softcap=0.0, cache=None, dv=None):
+    dv = dv or d
+    q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers, dv)
     sink_t = random_sinks(hq) if sinks else None
-    out = torch.full((batch, sq, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+    out = torch.full((batch, sq, hq, dv), float("nan"), dtype=torch.bfloat16, device=DEV)
     o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink_t,
                                     q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
     torch.cuda.synchronize()
@@ -645,15 +647,17 @@ def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="rando
 
 
 def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outliers=False, strided=False,
-                   window=(-1, -1), sinks=False, softcap=0.0, cache=None):
+                   window=(-1, -1), sinks=False, softcap=0.0, cache=None, dv=None):
     """A packed e4m3 batch through flash_attn_varlen_func; with ``strided`` Q, K and V are
     views into one [tokens, 3, heads, d] buffer; ``descales`` may also be "mixed" (q's
     expanded per-tensor, k's a transposed view, v's contiguous: strides that differ)."""
     batch = len(seqs)
     total_q, total_k = sum(s for s, _ in seqs), sum(s for _, s in seqs)
+    dv = dv or d
     q, k, v, qd, kd, vd = fp8_inputs((total_q, hq, d), (total_k, hkv, d), hkv, batch,
-                                     "random" if descales == "mixed" else descales, outliers)
+                                     "random" if descales == "mixed" else descales, outliers, dv)
     if strided:
+        assert dv == d, "one [tokens, 3, heads, d] buffer"
         qkv = torch.empty(max(total_q, total_k), 3, hq, d, dtype=E4M3, device=DEV)
         qkv[:total_q, 0], qkv[:total_k, 1, :hkv], qkv[:total_k, 2, :hkv] = q, k, v
         q, k, v = qkv[:total_q, 0], qkv[:total_k, 1, :hkv], qkv[:total_k, 2, :hkv]
@@ -662,7 +666,7 @@ def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outl
         kd = kd.t().contiguous().t()
     cu_q, cu_k = cu([s for s, _ in seqs]), cu([s for _, s in seqs])
     sink_t = random_sinks(hq) if sinks else None
-    out = torch.full((total_q, hq, d), float("nan"), dtype=torch.bfloat16, device=DEV)
+    out = torch.full((total_q, hq, dv), float("nan"), dtype=torch.bfloat16, device=DEV)
     o, lse = fa4gen.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(s for s, _ in seqs), max(s for _, s in seqs),
                                            causal=causal, window_size=window, softcap=softcap, sinks=sink_t,
                                            q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True, out=out,
@@ -712,12 +716,12 @@ def run_fp8_kvcache_paged(name, d, sq, lengths, page_size, hq, hkv, causal=True,
     return fp8_verdict(name, d, o, lse, seqs, causal)
 
 
-def fp8_kernels(cache, d, paged=False, softcap=False):
-    """None when the cache serves e4m3 at head dim d (over pages with ``paged``, soft-capped
-    with ``softcap``), else why not."""
+def fp8_kernels(cache, d, paged=False, softcap=False, dv=None):
+    """None when the cache serves e4m3 at head dim d (V's dv; over pages with ``paged``,
+    soft-capped with ``softcap``), else why not."""
     try:
-        fa4gen.KernelCache(cache).select(head_dim=d, max_seqlen_q=2048, dtype="e4m3", causal=True, paged=paged,
-                                         softcap=1.0 if softcap else 0.0)
+        fa4gen.KernelCache(cache).select(head_dim=d, head_dim_v=dv or d, max_seqlen_q=2048, dtype="e4m3", causal=True,
+                                         paged=paged, softcap=1.0 if softcap else 0.0)
         return None
     except fa4gen.Fa4genError as e:
         return str(e)
@@ -801,6 +805,19 @@ def fp8_cases(cache, head_dims):
             rows.append(run_fp8_varlen("e4m3 varlen ragged unmasked", d, RAGGED, 8, 8, cache=cache))
             rows.append(run_fp8_varlen("e4m3 varlen window(128,0) sinks gqa4", d, RAGGED, 8, 2, causal=True,
                                        window=(128, 0), sinks=True, cache=cache))
+        # DeepSeek's prefill (Q/K 192, V 128), where the cache has the (held-back) kernels.
+        why = fp8_kernels(cache, 192, dv=128)
+        if why is None:
+            rows += [
+                run_fp8_dense("e4m3 192/128 dense causal s300/k333 gqa4", 192, 2, 300, 333, 8, 2, causal=True,
+                              cache=cache, dv=128),
+                run_fp8_varlen("e4m3 192/128 varlen prefix causal", 192, PREFIX, 16, 16, causal=True, cache=cache,
+                               dv=128),
+                run_fp8_varlen("e4m3 192/128 varlen ragged unmasked outliers x20", 192, RAGGED, 8, 8, outliers=True,
+                               cache=cache, dv=128),
+            ]
+        else:
+            print("skip e4m3 192/128: %s" % why, flush=True)
     return rows + fp8_error_cases(cache)
 
 

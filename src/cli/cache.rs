@@ -50,7 +50,7 @@ pub struct BuildCacheArgs {
     #[arg(long = "borrow-sinks")]
     pub borrow_sinks: bool,
     /// Also build the kernels the shipped cache holds back until every default has passed
-    /// `fa4-gen verify` on a GPU (now: e4m3 over paged K/V, and soft-capped): a cache to check them with
+    /// `fa4-gen verify` on a GPU (now: e4m3 over paged K/V, soft-capped, and at 192/128): a cache to check them with
     /// (`python3 -m fa4gen.check`), not to serve
     #[arg(long = "held-back")]
     pub held_back: bool,

@@ -85,8 +85,8 @@ pub struct SpecArgs {
     /// head dim offered with it) [default: every head dim offered].
     #[arg(long = "head-dim", value_delimiter = ',')]
     pub head_dim: Vec<String>,
-    /// Element types: bf16, fp16, e4m3 (FP8: the Hopper template, d64, d128 and d256, any
-    /// mask, sinks, softcap, pages) [default: bf16 and fp16].
+    /// Element types: bf16, fp16, e4m3 (FP8: the Hopper template, d64, d128, d256 and
+    /// 192/128, any mask, sinks, softcap, pages) [default: bf16 and fp16].
     #[arg(long, value_delimiter = ',')]
     pub dtype: Vec<String>,
     /// Masks: none, causal, local (a sliding window given at run time) [default: all].

@@ -59,6 +59,10 @@ pub(super) const HELD_BACK_FP8_PAGED: bool = true;
 /// yet run.
 pub(super) const HELD_BACK_FP8_SOFTCAP: bool = true;
 
+/// Likewise for FP8 at these QK/V head dims: DeepSeek's 192/128 (V, O and P as d128's,
+/// Q and K over six k32 steps); compiled for every e4m3 tile, not yet run.
+pub(super) const HELD_BACK_FP8_HEAD_DIMS: &[(u32, u32)] = &[(192, 128)];
+
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
 /// swizzle atom; the QK GEMM steps over the real columns only.
@@ -72,11 +76,13 @@ fn padded_units(cols: u32, dtype: Dtype) -> u32 {
     padded(cols * dtype.size() / 2)
 }
 
-/// What the template offers in FP8 (e4m3) so far: d64, d128 and d256, any mask, sinks,
-/// softcap and paged K/V (held back: [`HELD_BACK_FP8_SOFTCAP`], [`HELD_BACK_FP8_PAGED`]).
+/// What the template offers in FP8 (e4m3) so far: d64, d128, d256 and 192/128, any mask,
+/// sinks, softcap and paged K/V (held back: [`HELD_BACK_FP8_HEAD_DIMS`],
+/// [`HELD_BACK_FP8_SOFTCAP`], [`HELD_BACK_FP8_PAGED`]).
 pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
     !spec.dtype.is_fp8()
         || ([64, 128, 256].contains(&spec.head_dim) && spec.head_dim_v == spec.head_dim)
+        || HELD_BACK_FP8_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
 }
 
 /// Whether the template builds `spec` but the shipped cache waits for `fa4-gen verify` on
@@ -86,6 +92,7 @@ pub(super) fn awaits_verify(spec: &KernelSpec) -> bool {
     HELD_BACK_DTYPES.contains(&spec.dtype)
         || (spec.dtype.is_fp8()
             && (HELD_BACK_FP8_MASKS.contains(&spec.mask)
+                || HELD_BACK_FP8_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
                 || (HELD_BACK_FP8_SINKS && spec.features.sinks)
                 || (HELD_BACK_FP8_SOFTCAP && spec.features.softcap)
                 || (HELD_BACK_FP8_PAGED && spec.features.paged_kv)))
@@ -536,7 +543,7 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
         return reject(
             RejectKind::Shape,
             format!(
-                "{} is offered at head dims 64, 128 and 256, any mask, with or without sinks, softcap or pages",
+                "{} is offered at head dims 64, 128, 256 and 192/128, any mask, with or without sinks, softcap or pages",
                 spec.dtype
             ),
         );
@@ -765,9 +772,11 @@ fn default_tile(spec: &KernelSpec) -> TileConfig {
         // FA3's FP8 tiles, then narrower ones where those do not fit. d256: 96 keys (128
         // hold S beside O only without the intra-warpgroup overlap: a candidate, untimed),
         // whose QK GEMM's N reads less of shared memory per flop than 64's.
-        let tiles: &[(u32, u32)] = match spec.head_dim {
-            0..=64 => &[(3, 160), (3, 128), (2, 128)],
-            65..=128 => &[(2, 224), (2, 192), (2, 128)],
+        let tiles: &[(u32, u32)] = match (spec.head_dim, spec.head_dim_v) {
+            (0..=64, _) => &[(3, 160), (3, 128), (2, 128)],
+            (65..=128, _) => &[(2, 224), (2, 192), (2, 128)],
+            // DeepSeek's 192/128: V and O as d128's, the wider Q and K beside them
+            (_, ..=128) => &[(2, 160), (2, 128), (2, 96)],
             _ => &[(2, 96), (2, 64)],
         };
         return tiles

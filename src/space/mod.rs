@@ -195,8 +195,8 @@ pub fn held_back_reason(template: Template, spec: &KernelSpec) -> String {
 }
 
 /// Whether `spec` is built but held back from the shipped cache until `fa4-gen verify`
-/// passes on a GPU (a held-back dtype, or FP8 with local windows; `build-cache
-/// --held-back` builds them all the same, for that check).
+/// passes on a GPU (a held-back dtype, or FP8 at a held-back head dim or with held-back
+/// features; `build-cache --held-back` builds them all the same, for that check).
 pub fn awaits_verify(spec: &KernelSpec) -> bool {
     hopper::awaits_verify(spec)
 }
@@ -337,7 +337,7 @@ pub enum SelectionError {
     Arch { arch: Arch, offered: String },
     #[error(
         "{dtype} is offered for none of the selected specs: {dtype} kernels are the hopper \
-         template's, on sm90, at head dims 64, 128 and 256, any mask and features; pick those \
+         template's, on sm90, at head dims 64, 128, 256 and 192/128, any mask and features; pick those \
          with --arch and --head-dim, or another --dtype"
     )]
     Dtype { dtype: Dtype },

@@ -504,6 +504,9 @@ impl KernelCache {
                 offered: offered.join(", "),
             };
         }
+        let fp8_here = same_arch.iter().any(|s| {
+            s.dtype == q.dtype && s.head_dim == q.head_dim && s.head_dim_v == q.head_dim_v
+        });
         SelectError::Variant {
             arch: q.arch,
             head_dim: q.head_dim,
@@ -513,7 +516,12 @@ impl KernelCache {
                 q.mask.name(),
                 q.features.name()
             ),
-            fix: if q.dtype.is_fp8() && q.features.softcap {
+            fix: if q.dtype.is_fp8() && !fp8_here {
+                "this cache has no e4m3 kernel at this head dim: the shipped cache serves e4m3 \
+                 at d64, d128 and d256 (`fa4-gen build-cache`) and holds 192/128 back until \
+                 `fa4-gen verify` passes on a GPU (`fa4-gen build-cache --held-back` builds it \
+                 to check)"
+            } else if q.dtype.is_fp8() && q.features.softcap {
                 "soft-capped e4m3 is held back from the shipped cache until `fa4-gen verify` passes \
                  on a GPU: build a cache to check it with `fa4-gen build-cache --held-back`"
             } else if q.dtype.is_fp8() && q.features.paged_kv {

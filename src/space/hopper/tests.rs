@@ -975,3 +975,34 @@ fn fp8_over_pages_is_built_by_copies_and_held_back_until_a_gpu_verifies_it() {
         }
     }
 }
+
+#[test]
+fn fp8_at_192_128_is_built_and_held_back_until_a_gpu_verifies_it() {
+    for mask in MaskKind::ALL {
+        let spec = KernelSpec {
+            head_dim_v: 128,
+            ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, 192, mask)
+        };
+        assert!(Template::Hopper.supports(&spec), "{mask}");
+        assert!(super::super::awaits_verify(&spec));
+        assert!(!Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
+        assert_eq!(
+            super::super::held_back_template(&spec),
+            Some(Template::Hopper)
+        );
+        // V, O and P are d128's, so the default takes more keys than d256's 96; every
+        // kept tile keeps FP8's rules.
+        let default = default_config(&spec);
+        assert!(check(&spec, &default).is_ok(), "{}", default.tag());
+        assert!(default.block_n > 96, "{}", default.tag());
+        for c in candidates(&spec).iter().filter(|c| check(&spec, c).is_ok()) {
+            assert!(warp_specialized(c) && c.block_n % 32 == 0, "{}", c.tag());
+        }
+    }
+    // Other unequal pairs stay bf16/fp16's.
+    let other = KernelSpec {
+        head_dim_v: 64,
+        ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, 128, MaskKind::Causal)
+    };
+    assert!(!Template::Hopper.supports(&other));
+}

@@ -408,6 +408,16 @@ fn e4m3_problems_without_e4m3_kernels_are_named() {
         ),
         "{e}"
     );
+    // A head dim the cache has in bf16 only: named as e4m3's, with where e4m3 is served.
+    let e = cache.select(&e4m3(query(64, 512))).unwrap_err();
+    assert!(
+        e.to_string().contains(
+            "e4m3 causal mask with features none is not in this cache for sm90 d64; this cache \
+             has no e4m3 kernel at this head dim: the shipped cache serves e4m3 at d64, d128 and \
+             d256"
+        ),
+        "{e}"
+    );
     // Elsewhere than sm90: none are built.
     let sm100 = KernelSpec {
         arch: Arch::Sm100,
