@@ -469,21 +469,12 @@ impl Runtime {
             _ => kernel.func,
         };
         // TMA kernels take the tensor maps over Q, K and V after the parameters, e4m3
-        // kernels (all TMA kernels) the descales after those.
+        // kernels (TMA or paged) the maps' block and the descales after it.
         let descale = args.descale;
         let mut arg = kernel_params;
         let (mut tma_arg, mut fp8_arg);
         let mut args = [(&mut arg as *mut FwdParams).cast::<c_void>()];
         if spec.dtype.is_fp8() {
-            if fp.tma_rows == 0 {
-                return Err(PrefillError::Cubin {
-                    path: self.cache.dir().join(&selected.kernel.cubin),
-                    why: "is an e4m3 kernel that does not load by TMA (its footprint's \
-                          tma_rows is 0), which no fa4-gen template builds; rebuild the \
-                          cache with `fa4-gen build-cache`"
-                        .into(),
-                });
-            }
             fp8_arg = Fp8TmaFwdParams::encode(spec, &kernel_params, fp.tma_rows, descale)
                 .map_err(|e| driver_failure("cuTensorMapEncodeTiled", e))?;
             fp8_arg.tma.set_split_tail(fp, gx, args_split);

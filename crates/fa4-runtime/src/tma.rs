@@ -96,6 +96,21 @@ impl TmaFwdParams {
         })
     }
 
+    /// The block of a kernel that loads and stores nothing by TMA: `params` and zeroed
+    /// maps (no split tail either).
+    pub fn without_maps(params: &FwdParams) -> Self {
+        TmaFwdParams {
+            fwd: *params,
+            split_workspace: 0,
+            split_tail: 0,
+            split_reserved: 0,
+            q_map: [0; 16],
+            k_map: [0; 16],
+            v_map: [0; 16],
+            o_map: [0; 16],
+        }
+    }
+
     /// Hands a launch of `blocks` blocks the split tail `split_tail` decides for it, and
     /// the workspace with it; nothing where it does not split.
     pub fn set_split_tail(
@@ -114,7 +129,8 @@ impl TmaFwdParams {
 
 impl Fp8TmaFwdParams {
     /// The TMA block over `params` (what an e4m3 kernel reads: `kernel_params`), and the
-    /// descales.
+    /// descales. Every e4m3 kernel takes this block; one that loads no key tile by TMA
+    /// (`box_rows` 0: paged K/V, gathered by copies) reads no map, and gets none.
     pub fn encode(
         spec: &KernelSpec,
         params: &FwdParams,
@@ -122,7 +138,11 @@ impl Fp8TmaFwdParams {
         descale: Descales,
     ) -> Result<Self, CUresult> {
         Ok(Fp8TmaFwdParams {
-            tma: TmaFwdParams::encode(spec, params, box_rows)?,
+            tma: if box_rows == 0 {
+                TmaFwdParams::without_maps(params)
+            } else {
+                TmaFwdParams::encode(spec, params, box_rows)?
+            },
             descale,
         })
     }

@@ -137,3 +137,34 @@ fn a_packed_batch_is_one_batch_of_rows() {
     // The batch dimension is never stepped: a legal stride stands in for the 0.
     assert_eq!(q.strides[2], q.strides[0]);
 }
+
+/// A paged e4m3 kernel gathers K/V by copies and reads no map: its block carries the
+/// parameters and the descales with the maps zeroed, and encoding it asks the driver for
+/// nothing (this test runs without one).
+#[test]
+fn a_paged_e4m3_kernel_gets_its_parameters_and_descales_without_maps() {
+    let spec = KernelSpec {
+        features: "paged".parse().unwrap(),
+        ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, 128, MaskKind::Causal)
+    };
+    let params = kernel_params(spec.dtype, &dense(128, 0)).unwrap();
+    let descale = Descales {
+        q: 0x50000,
+        k: 0x60000,
+        v: 0x70000,
+        batch_stride: 2,
+        head_stride: 1,
+    };
+    let block = Fp8TmaFwdParams::encode(&spec, &params, 0, descale).unwrap();
+    assert_eq!(block.tma.fwd, params);
+    assert_eq!(block.descale, descale);
+    assert_eq!((block.tma.split_workspace, block.tma.split_tail), (0, 0));
+    for map in [
+        block.tma.q_map,
+        block.tma.k_map,
+        block.tma.v_map,
+        block.tma.o_map,
+    ] {
+        assert_eq!(map, [0; 16]);
+    }
+}
