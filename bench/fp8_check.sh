@@ -6,6 +6,7 @@
 #                                   # cudnn-frontend's wheel into .device/
 #   bash bench/fp8_check.sh run     # on the GPU host, carrying .device; results in $OUT/r
 #   bash bench/fp8_check.sh tune    # there too: the tune of the e4m3 specs, then the grid
+#                                   # (GRID=0 GRID_S=110: the Python check alone)
 #   bash bench/fp8_check.sh verify  # there too: run's checks without the timings, the
 #                                   # defaults' first (FEATURES=paged,sinks+paged narrows
 #                                   # the specs)
@@ -105,9 +106,10 @@ tune() {
         --build-dir /tmp/build -q --json "$R/verify-e4m3-lazy.json"
     # the tune leaves what the FP8 grid beside cuDNN needs (about 200 s) to the end
     step tune 120 "$B" tune "${TUNE_SPECS[@]}" --ragged no --buckets 512,1024,2048,4096,8192,16384 \
-        --db /tmp/db.sled --build-dir /tmp/build --json --budget $(($(left) - 260))s
+        --db /tmp/db.sled --build-dir /tmp/build --json --budget $(($(left) - ${GRID_S:-260}))s
     step export 20 "$B" db export --db /tmp/db.sled --out /tmp/sm90-tuned.json
-    grid /tmp/sm90-tuned.json
+    # GRID=0: the Python check of the new picks without the timed grid (a short call)
+    if [ "${GRID:-1}" = 1 ]; then grid /tmp/sm90-tuned.json; else pycheck /tmp/sm90-tuned.json; fi
 }
 
 case "${1:-}" in
