@@ -716,6 +716,17 @@ def run_fp8_kvcache_paged(name, d, sq, lengths, page_size, hq, hkv, causal=True,
     return fp8_verdict(name, d, o, lse, seqs, causal)
 
 
+def guard(run, name, d, *args, **kwargs):
+    """run(name, d, ...)'s row, or a failing row naming the error it raised (a kernel the
+    library refuses, a launch that fails): the cases after it still run."""
+    try:
+        return run(name, d, *args, **kwargs)
+    except Exception as e:  # reported as the case's failure
+        print("FAIL d%-3d %-9s %-44s %s: %s" % (d, "e4m3", name, type(e).__name__, e), flush=True)
+        return {"case": name, "head_dim": d, "dtype": "float8_e4m3fn", "message": "%s: %s" % (type(e).__name__, e),
+                "pass": False}
+
+
 def fp8_kernels(cache, d, paged=False, softcap=False, dv=None):
     """None when the cache serves e4m3 at head dim d (V's dv; over pages with ``paged``,
     soft-capped with ``softcap``), else why not."""
@@ -728,7 +739,8 @@ def fp8_kernels(cache, d, paged=False, softcap=False, dv=None):
 
 
 def fp8_cases(cache, head_dims):
-    """e4m3 numerics (where the cache has e4m3 kernels), then the FP8 argument errors."""
+    """e4m3 numerics (where the cache has e4m3 kernels), then the FP8 argument errors. Each
+    case runs through ``guard``: one that raises fails alone."""
     if E4M3 is None:
         print("skip e4m3 cases: skipped: torch %s has no float8_e4m3fn" % torch.__version__, flush=True)
         return [{"case": "e4m3", "skipped": "torch has no float8_e4m3fn", "pass": True}]
@@ -737,87 +749,84 @@ def fp8_cases(cache, head_dims):
     if why is not None:
         print("skip e4m3 cases: skipped: no e4m3 kernels in this cache (%s)" % why, flush=True)
         rows.append({"case": "e4m3", "skipped": "no e4m3 kernels in this cache", "message": why, "pass": True})
-    else:
-        d = 128
+        return rows + fp8_error_cases(cache)
+    d, dense, varlen = 128, run_fp8_dense, run_fp8_varlen
+    rows += [
+        guard(dense, "e4m3 dense causal b2 s300", d, 2, 300, 300, 8, 8, causal=True, cache=cache),
+        guard(dense, "e4m3 dense unmasked b2 s1000", d, 2, 1000, 1000, 8, 8, cache=cache),
+        guard(dense, "e4m3 dense causal s200/k333 gqa4 descales None", d, 2, 200, 333, 8, 2, causal=True,
+              descales="none", cache=cache),
+        guard(dense, "e4m3 dense unmasked q2200/k4100 (split tail)", d, 1, 2200, 4100, 16, 16, cache=cache),
+        guard(varlen, "e4m3 varlen ragged causal gqa4", d, RAGGED, 8, 2, causal=True, cache=cache),
+        guard(varlen, "e4m3 varlen ragged unmasked descales None", d, RAGGED, 8, 8, descales="none", cache=cache),
+        guard(varlen, "e4m3 varlen prefix causal gqa8, descale strides differ", d, PREFIX, 16, 2, causal=True,
+              descales="mixed", cache=cache),
+        guard(varlen, "e4m3 varlen strided qkv causal", d, RAGGED, 8, 8, causal=True, strided=True, cache=cache),
+        guard(varlen, "e4m3 varlen outlier channels x20 causal gqa4", d, RAGGED, 8, 2, causal=True, outliers=True,
+              cache=cache),
+        guard(dense, "e4m3 dense outlier channels x20 unmasked", d, 2, 700, 700, 8, 8, outliers=True, cache=cache),
+        guard(varlen, "llama-3-8b layer e4m3 (32/8, causal)", d, [(2048, 2048), (513, 513), (0, 0)], 32, 8,
+              causal=True, cache=cache),
+        guard(run_fp8_kvcache_dense, "e4m3 kvcache dense causal, lengths per sequence", d, 3, 77, 600,
+              [600, 77, 200], 8, 2, causal=True, cache=cache),
+        guard(varlen, "e4m3 varlen window(64,0) causal gqa4", d, RAGGED, 8, 2, causal=True, window=(64, 0),
+              cache=cache),
+        guard(varlen, "e4m3 varlen window(48,16)", d, RAGGED, 8, 8, window=(48, 16), cache=cache),
+        guard(dense, "e4m3 dense causal s200/k333 gqa4 sinks", d, 2, 200, 333, 8, 2, causal=True, sinks=True,
+              cache=cache),
+        guard(varlen, "e4m3 gpt-oss-style layer: window(128,0), sinks", d, RAGGED, 16, 2, causal=True,
+              window=(128, 0), sinks=True, cache=cache),
+    ]
+    held_back = "not in this cache (held back until verified; build-cache --held-back)"
+    # Paged e4m3 caches, where the cache has the (held-back) paged kernels.
+    if fp8_kernels(cache, d, paged=True) is None:
+        paged = run_fp8_kvcache_paged
         rows += [
-            run_fp8_dense("e4m3 dense causal b2 s300", d, 2, 300, 300, 8, 8, causal=True, cache=cache),
-            run_fp8_dense("e4m3 dense unmasked b2 s1000", d, 2, 1000, 1000, 8, 8, cache=cache),
-            run_fp8_dense("e4m3 dense causal s200/k333 gqa4 descales None", d, 2, 200, 333, 8, 2, causal=True,
-                          descales="none", cache=cache),
-            run_fp8_dense("e4m3 dense unmasked q2200/k4100 (split tail)", d, 1, 2200, 4100, 16, 16, cache=cache),
-            run_fp8_varlen("e4m3 varlen ragged causal gqa4", d, RAGGED, 8, 2, causal=True, cache=cache),
-            run_fp8_varlen("e4m3 varlen ragged unmasked descales None", d, RAGGED, 8, 8, descales="none",
-                           cache=cache),
-            run_fp8_varlen("e4m3 varlen prefix causal gqa8, descale strides differ", d, PREFIX, 16, 2, causal=True,
-                           descales="mixed", cache=cache),
-            run_fp8_varlen("e4m3 varlen strided qkv causal", d, RAGGED, 8, 8, causal=True, strided=True,
-                           cache=cache),
-            run_fp8_varlen("e4m3 varlen outlier channels x20 causal gqa4", d, RAGGED, 8, 2, causal=True,
-                           outliers=True, cache=cache),
-            run_fp8_dense("e4m3 dense outlier channels x20 unmasked", d, 2, 700, 700, 8, 8, outliers=True,
-                          cache=cache),
-            run_fp8_varlen("llama-3-8b layer e4m3 (32/8, causal)", d, [(2048, 2048), (513, 513), (0, 0)], 32, 8,
-                           causal=True, cache=cache),
-            run_fp8_kvcache_dense("e4m3 kvcache dense causal, lengths per sequence", d, 3, 77, 600, [600, 77, 200],
-                                  8, 2, causal=True, cache=cache),
-            run_fp8_varlen("e4m3 varlen window(64,0) causal gqa4", d, RAGGED, 8, 2, causal=True, window=(64, 0),
-                           cache=cache),
-            run_fp8_varlen("e4m3 varlen window(48,16)", d, RAGGED, 8, 8, window=(48, 16), cache=cache),
-            run_fp8_dense("e4m3 dense causal s200/k333 gqa4 sinks", d, 2, 200, 333, 8, 2, causal=True, sinks=True,
-                          cache=cache),
-            run_fp8_varlen("e4m3 gpt-oss-style layer: window(128,0), sinks", d, RAGGED, 16, 2, causal=True,
-                           window=(128, 0), sinks=True, cache=cache),
+            guard(paged, "e4m3 paged cache causal, page 16, lengths per sequence", d, 77, [600, 77, 200], 16, 8, 2,
+                  cache=cache),
+            guard(paged, "e4m3 paged cache causal, page 1", d, 33, [90, 33], 1, 8, 8, cache=cache),
+            guard(paged, "e4m3 paged cache causal, page 256, gqa8", d, 300, [1000, 300], 256, 16, 2, cache=cache),
         ]
-        # Paged e4m3 caches, where the cache has the (held-back) paged kernels.
-        if fp8_kernels(cache, d, paged=True) is None:
-            rows += [
-                run_fp8_kvcache_paged("e4m3 paged cache causal, page 16, lengths per sequence", d, 77,
-                                      [600, 77, 200], 16, 8, 2, cache=cache),
-                run_fp8_kvcache_paged("e4m3 paged cache causal, page 1", d, 33, [90, 33], 1, 8, 8, cache=cache),
-                run_fp8_kvcache_paged("e4m3 paged cache causal, page 256, gqa8", d, 300, [1000, 300], 256, 16, 2,
-                                      cache=cache),
-            ]
-        else:
-            print("skip e4m3 paged cases: not in this cache (held back until verified; build-cache --held-back)",
-                  flush=True)
-        # Soft-capped e4m3 (Gemma 2's caps, and tighter ones that bend most scores), where the
-        # cache has the (held-back) soft-capped kernels.
-        if fp8_kernels(cache, d, softcap=True) is None:
-            rows += [
-                run_fp8_dense("e4m3 dense causal softcap 2 gqa4", d, 2, 300, 333, 8, 2, causal=True, softcap=2.0,
-                              cache=cache),
-                run_fp8_varlen("e4m3 varlen ragged softcap 50 (gemma-2), sinks", d, RAGGED, 8, 2, causal=True,
-                               softcap=50.0, sinks=True, cache=cache),
-                run_fp8_varlen("e4m3 varlen window(64,0) softcap 5", d, RAGGED, 8, 8, causal=True, window=(64, 0),
-                               softcap=5.0, cache=cache),
-            ]
-        else:
-            print("skip e4m3 softcap cases: not in this cache (held back until verified; build-cache --held-back)",
-                  flush=True)
-        for d in head_dims:
-            if d == 128:
-                continue
-            why = fp8_kernels(cache, d)
-            if why is not None:
-                print("skip e4m3 d%d: %s" % (d, why), flush=True)
-                continue
-            rows.append(run_fp8_dense("e4m3 dense causal s300 gqa4", d, 2, 300, 300, 8, 2, causal=True, cache=cache))
-            rows.append(run_fp8_varlen("e4m3 varlen ragged unmasked", d, RAGGED, 8, 8, cache=cache))
-            rows.append(run_fp8_varlen("e4m3 varlen window(128,0) sinks gqa4", d, RAGGED, 8, 2, causal=True,
-                                       window=(128, 0), sinks=True, cache=cache))
-        # DeepSeek's prefill (Q/K 192, V 128), where the cache has the (held-back) kernels.
-        why = fp8_kernels(cache, 192, dv=128)
-        if why is None:
-            rows += [
-                run_fp8_dense("e4m3 192/128 dense causal s300/k333 gqa4", 192, 2, 300, 333, 8, 2, causal=True,
-                              cache=cache, dv=128),
-                run_fp8_varlen("e4m3 192/128 varlen prefix causal", 192, PREFIX, 16, 16, causal=True, cache=cache,
-                               dv=128),
-                run_fp8_varlen("e4m3 192/128 varlen ragged unmasked outliers x20", 192, RAGGED, 8, 8, outliers=True,
-                               cache=cache, dv=128),
-            ]
-        else:
-            print("skip e4m3 192/128: %s" % why, flush=True)
+    else:
+        print("skip e4m3 paged cases: " + held_back, flush=True)
+    # Soft-capped e4m3 (Gemma 2's caps, and tighter ones that bend most scores), where the
+    # cache has the (held-back) soft-capped kernels.
+    if fp8_kernels(cache, d, softcap=True) is None:
+        rows += [
+            guard(dense, "e4m3 dense causal softcap 2 gqa4", d, 2, 300, 333, 8, 2, causal=True, softcap=2.0,
+                  cache=cache),
+            guard(varlen, "e4m3 varlen ragged softcap 50 (gemma-2), sinks", d, RAGGED, 8, 2, causal=True,
+                  softcap=50.0, sinks=True, cache=cache),
+            guard(varlen, "e4m3 varlen window(64,0) softcap 5", d, RAGGED, 8, 8, causal=True, window=(64, 0),
+                  softcap=5.0, cache=cache),
+        ]
+    else:
+        print("skip e4m3 softcap cases: " + held_back, flush=True)
+    for d in head_dims:
+        if d == 128:
+            continue
+        why = fp8_kernels(cache, d)
+        if why is not None:
+            print("skip e4m3 d%d: %s" % (d, why), flush=True)
+            continue
+        rows += [
+            guard(dense, "e4m3 dense causal s300 gqa4", d, 2, 300, 300, 8, 2, causal=True, cache=cache),
+            guard(varlen, "e4m3 varlen ragged unmasked", d, RAGGED, 8, 8, cache=cache),
+            guard(varlen, "e4m3 varlen window(128,0) sinks gqa4", d, RAGGED, 8, 2, causal=True, window=(128, 0),
+                  sinks=True, cache=cache),
+        ]
+    # DeepSeek's prefill (Q/K 192, V 128), where the cache has the (held-back) kernels.
+    why = fp8_kernels(cache, 192, dv=128)
+    if why is None:
+        rows += [
+            guard(dense, "e4m3 192/128 dense causal s300/k333 gqa4", 192, 2, 300, 333, 8, 2, causal=True,
+                  cache=cache, dv=128),
+            guard(varlen, "e4m3 192/128 varlen prefix causal", 192, PREFIX, 16, 16, causal=True, cache=cache, dv=128),
+            guard(varlen, "e4m3 192/128 varlen ragged unmasked outliers x20", 192, RAGGED, 8, 8, outliers=True,
+                  cache=cache, dv=128),
+        ]
+    else:
+        print("skip e4m3 192/128: %s" % why, flush=True)
     return rows + fp8_error_cases(cache)
 
 

@@ -6,7 +6,7 @@ use clap::Args;
 use fa4_spec::{fnv1a64, Arch, Dtype};
 
 use fa4_gen::compile::BuildDir;
-use fa4_gen::measure::gpu::FwdKernel;
+use fa4_gen::measure::gpu::{FwdKernel, GpuError};
 use fa4_gen::measure::verify;
 
 use super::{device_kernels, open_gpu, parse_list, CliError, CliResult, ConfigArgs, SpecArgs};
@@ -77,22 +77,55 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
         "spec", "config", "case", "O rel L2", "LSE err", "TFLOP/s"
     );
     let mut results = Vec::new();
-    for fa4_gen::measure::kernels::ReadyKernel {
+    let mut refused = Vec::new();
+    // A kernel refused before it runs (at load, or its launch's checks) fails alone and
+    // the others go on; a fault while one runs stops the call (the context is lost).
+    let mut refuse = |built: &fa4_gen::compile::BuiltKernel, why: String| {
+        println!(
+            "{:<34} {:<28} {:<26} {:>9} {:>9} {:>8}  FAIL: {why}",
+            built.candidate.spec.tag(),
+            built.candidate.config.tag(),
+            "-",
+            "-",
+            "-",
+            "-"
+        );
+        refused.push(verify::RefusedKernel {
+            kernel: built.id.to_string(),
+            spec: built.candidate.spec,
+            why,
+        });
+    };
+    'kernels: for fa4_gen::measure::kernels::ReadyKernel {
         built,
         cubin,
         varlen_cubin,
     } in &kernels
     {
-        let kernel = FwdKernel::load(
+        let kernel = match FwdKernel::load(
             &gpu,
             cubin,
             varlen_cubin.as_deref(),
             built.candidate.spec,
             built.footprint,
-        )?;
+        ) {
+            Ok(k) => k,
+            Err(e @ GpuError::Kernel { .. }) => {
+                refuse(built, e.to_string());
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         for case in &cases {
             let case_seed = fnv1a64(format!("{seed}/{}/{}", built.id, case.name).as_bytes());
-            let r = verify::run_case(&gpu, &support, &kernel, built, case, case_seed)?;
+            let r = match verify::run_case(&gpu, &support, &kernel, built, case, case_seed) {
+                Ok(r) => r,
+                Err(e @ GpuError::Problem(_)) => {
+                    refuse(built, format!("case {}: {e}", case.name));
+                    continue 'kernels;
+                }
+                Err(e) => return Err(e.into()),
+            };
             println!(
                 "{:<34} {:<28} {:<26} {:>9.2e} {:>9.1e} {:>8}  {}",
                 built.candidate.spec.tag(),
@@ -108,7 +141,7 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
             results.push(r);
         }
     }
-    let failed = results.iter().filter(|r| !r.passed).count();
+    let failed = results.iter().filter(|r| !r.passed).count() + refused.len();
     let worst = |d: Dtype| {
         results
             .iter()
@@ -130,9 +163,14 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
         .map(|&d| format!("{:.0e}", verify::o_tolerance(d)))
         .collect();
     println!(
-        "{} of {} checks passed; worst O relative L2: {} (bounds {})",
-        results.len() - failed,
+        "{} of {} checks passed{}; worst O relative L2: {} (bounds {})",
+        results.len() + refused.len() - failed,
         results.len(),
+        if refused.is_empty() {
+            String::new()
+        } else {
+            format!(", {} kernels refused before running", refused.len())
+        },
         worsts.join(", "),
         bounds.join(", "),
     );
@@ -142,6 +180,7 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
             commit: env!("FA4_GEN_COMMIT").to_string(),
             device: gpu.info.clone(),
             results,
+            refused,
         };
         verify::write_json(path, &report)?;
     }

@@ -483,6 +483,17 @@ pub struct VerifyReport {
     pub commit: String,
     pub device: crate::measure::gpu::DeviceInfo,
     pub results: Vec<CaseResult>,
+    /// Kernels that could not be run at all (refused at load or launch), each with why:
+    /// failures too, reported without stopping the others.
+    pub refused: Vec<RefusedKernel>,
+}
+
+/// A kernel `verify` could not run, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct RefusedKernel {
+    pub kernel: String,
+    pub spec: KernelSpec,
+    pub why: String,
 }
 
 pub fn write_json(path: &Path, report: &VerifyReport) -> Result<(), crate::fsutil::WriteError> {
