@@ -59,7 +59,7 @@ begin() {
 # A cache of the e4m3 kernels from the export $1 (with the held-back paged ones), checked
 # through Python.
 pycheck() {
-    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256,192 --features none,sinks,paged,softcap --held-back \
+    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256,192 --features none,sinks,paged,softcap,sinks+softcap --held-back \
         --tuning-db "$1" --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
 }

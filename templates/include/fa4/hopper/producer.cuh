@@ -186,6 +186,11 @@ struct Producer {
     template <class CopyTile>
     __device__ __forceinline__ void load_kv_fp8(const WorkTile& w, const int& it, bool packed_k, const TmaMaps maps,
                                                const CopyTile& copy_tile) const {
+        // From pages every tile goes by copies (first_by_copy holds even with no keys):
+        // a tile of no keys has nothing to load.
+        if constexpr (!T::kTma) {
+            if (w.n_tiles == 0) return;
+        }
         const int first = w.first_by_copy ? 1 : 0;
         if (w.first_by_copy) copy_tile(0);
         const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
