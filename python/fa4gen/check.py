@@ -785,6 +785,9 @@ def fp8_cases(cache, head_dims):
             guard(paged, "e4m3 paged cache causal, page 16, lengths per sequence", d, 77, [600, 77, 200], 16, 8, 2,
                   cache=cache),
             guard(paged, "e4m3 paged cache causal, page 1", d, 33, [90, 33], 1, 8, 8, cache=cache),
+            # a sequence with nothing cached: its rows see no key (O 0, LSE -inf)
+            guard(paged, "e4m3 paged cache causal, page 16, one cache empty", d, 40, [300, 0, 64], 16, 8, 2,
+                  cache=cache),
             guard(paged, "e4m3 paged cache causal, page 256, gqa8", d, 300, [1000, 300], 256, 16, 2, cache=cache),
         ]
     else:
