@@ -78,8 +78,8 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
     );
     let mut results = Vec::new();
     let mut refused = Vec::new();
-    // A kernel refused before it runs (at load, or its launch's checks) fails alone and
-    // the others go on; a fault while one runs stops the call (the context is lost).
+    // A kernel its launch's checks refuse fails alone and the others go on; a fault while
+    // one runs stops the call (the context is lost).
     let mut refuse = |built: &fa4_gen::compile::BuiltKernel, why: String| {
         println!(
             "{:<34} {:<28} {:<26} {:>9} {:>9} {:>8}  FAIL: {why}",
@@ -102,20 +102,13 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
         varlen_cubin,
     } in &kernels
     {
-        let kernel = match FwdKernel::load(
+        let kernel = FwdKernel::load(
             &gpu,
             cubin,
             varlen_cubin.as_deref(),
             built.candidate.spec,
             built.footprint,
-        ) {
-            Ok(k) => k,
-            Err(e @ GpuError::Kernel { .. }) => {
-                refuse(built, e.to_string());
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
+        )?;
         for case in &cases {
             let case_seed = fnv1a64(format!("{seed}/{}/{}", built.id, case.name).as_bytes());
             let r = match verify::run_case(&gpu, &support, &kernel, built, case, case_seed) {
@@ -141,7 +134,8 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
             results.push(r);
         }
     }
-    let failed = results.iter().filter(|r| !r.passed).count() + refused.len();
+    let passed = results.iter().filter(|r| r.passed).count();
+    let failed = results.len() - passed + refused.len();
     let worst = |d: Dtype| {
         results
             .iter()
@@ -164,7 +158,7 @@ pub(super) fn run(a: VerifyArgs, quiet: bool) -> CliResult {
         .collect();
     println!(
         "{} of {} checks passed{}; worst O relative L2: {} (bounds {})",
-        results.len() + refused.len() - failed,
+        passed,
         results.len(),
         if refused.is_empty() {
             String::new()

@@ -483,8 +483,8 @@ pub struct VerifyReport {
     pub commit: String,
     pub device: crate::measure::gpu::DeviceInfo,
     pub results: Vec<CaseResult>,
-    /// Kernels that could not be run at all (refused at load or launch), each with why:
-    /// failures too, reported without stopping the others.
+    /// Kernels their launch's checks refused, each with why: failures too, reported
+    /// without stopping the others.
     pub refused: Vec<RefusedKernel>,
 }
 

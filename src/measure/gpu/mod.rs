@@ -35,8 +35,6 @@ pub enum GpuError {
     Driver { call: &'static str, message: String },
     #[error(transparent)]
     Problem(#[from] fa4_runtime::ProblemError),
-    #[error("{kernel} cannot be launched: it is {why}")]
-    Kernel { kernel: String, why: &'static str },
 }
 
 pub(crate) fn driver(call: &'static str) -> impl Fn(DriverError) -> GpuError {
