@@ -57,11 +57,12 @@ begin() {
 }
 
 # A cache of the e4m3 kernels from the export $1 (with the held-back paged ones), checked
-# through Python.
+# through Python; then the model layers over a paged e4m3 cache as vLLM calls them.
 pycheck() {
-    step cache 40 "$B" build-cache --arch sm90 --head-dim 64,128,256,192 --features none,sinks,paged,softcap,sinks+softcap --held-back \
-        --tuning-db "$1" --out /tmp/gen -q
+    step cache 50 "$B" build-cache --arch sm90 --head-dim 64,128,256,192 \
+        --features none,sinks,paged,sinks+paged,softcap,sinks+softcap --held-back --tuning-db "$1" --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
+    step fp8-layers 40 $PY python3 bench/fp8_layers.py --out "$R" --cache /tmp/gen
 }
 
 # That, then the FP8 grid beside cuDNN's FP8 SDPA and our bf16 kernels.

@@ -245,12 +245,68 @@ def _dtype_code(torch, q, k, v):
                         "(FP8, with q/k/v_descale)" % q.dtype)
     for name, t in (("k", k), ("v", v)):
         if t.dtype != q.dtype:
-            if e4m3 is not None and e4m3 in (t.dtype, q.dtype):
-                raise TypeError("%s is %s and q is %s: fa4-gen's e4m3 kernels take q, k and v all in "
-                                "torch.float8_e4m3fn (mixed FP8 and 16-bit inputs are not offered yet): "
-                                "quantise all three, or pass all three in bf16" % (name, t.dtype, q.dtype))
+            if e4m3 is not None and e4m3 in (q.dtype, k.dtype, v.dtype):
+                raise TypeError("q, k and v are %s, %s and %s: fa4-gen takes all three in one 16-bit dtype, "
+                                "all three in torch.float8_e4m3fn, or a bf16/fp16 q over e4m3 k and v (an FP8 KV "
+                                "cache; q is quantised on the call)" % (q.dtype, k.dtype, v.dtype))
             raise TypeError("%s is %s and q is %s: q, k and v must share a dtype" % (name, t.dtype, q.dtype))
     return codes[q.dtype]
+
+
+def _fp8_query(torch, q, k, v, cu_seqlens_q, descales):
+    """A bf16/fp16 q beside e4m3 k and v (an FP8 KV cache under 16-bit activations, as
+    vLLM and SGLang hold them), quantised to e4m3 here as those engines do before
+    FlashAttention-3's FP8 call: divided by ``q_descale`` where given ([batch, heads_kv]
+    f32, saturated at e4m3's 448), else by the power of two that brings each sequence's
+    and KV head's largest |q| into (224, 448], which the call then passes as q_descale
+    (a power of two scales exactly in q's own dtype, and e4m3 keeps the same relative
+    precision at any scale). On the current stream, no host sync. Any other mix of dtypes
+    is returned as it came, for _dtype_code to name."""
+    e4m3 = _e4m3(torch)
+    if e4m3 is None or q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != e4m3 or v.dtype != e4m3:
+        return q, descales
+    packed = cu_seqlens_q is not None
+    heads_q, heads_kv = q.shape[-2], k.shape[-2]
+    if not q.is_cuda or q.dim() != (3 if packed else 4) or heads_kv == 0 or heads_q % heads_kv:
+        return q, descales  # _attend's checks name the problem
+    q_descale = descales[0]
+    batch = cu_seqlens_q.numel() - 1 if packed else q.shape[0]
+    if q_descale is not None:
+        _descales(torch, [("q_descale", q_descale)], e4m3, batch, heads_kv, q.device)  # its checks
+    # q as [..., heads_kv, group, d]: a KV head's query heads share its descale
+    grouped = q.unflatten(-2, (heads_kv, heads_q // heads_kv))
+    if packed:
+        _index_tensor(torch, cu_seqlens_q, "cu_seqlens_q", q.device, batch + 1)
+        # each row's sequence; rows past the last sequence (unread) get an extra one
+        rows = torch.arange(q.shape[0], dtype=torch.int32, device=q.device)
+        seq = torch.searchsorted(cu_seqlens_q[1:], rows, right=True).clamp_(max=batch).long()
+    if q_descale is None:
+        if packed:
+            row_max = torch.linalg.vector_norm(grouped, ord=float("inf"), dim=(2, 3)).float()
+            amax = torch.zeros(batch + 1, heads_kv, device=q.device).scatter_reduce_(
+                0, seq[:, None].expand(-1, heads_kv), row_max, "amax")[:batch]
+        else:
+            amax = torch.linalg.vector_norm(grouped, ord=float("inf"), dim=(1, 3, 4)).float()
+        # fp16 holds 2^14 (the inverse); bf16 has f32's exponents
+        least = 2.0 ** (-14 if q.dtype == torch.float16 else -100)
+        q_descale = torch.exp2(torch.ceil(torch.log2(amax / 448.0))).clamp_min_(least)
+        inverse = (1.0 / q_descale).to(q.dtype)  # exact: powers of two
+    else:
+        inverse = None
+    if packed:
+        pad = q_descale.new_ones(1, heads_kv).float()
+        scale = torch.cat([q_descale.float(), pad])[seq][:, :, None, None]
+        if inverse is not None:
+            inverse = torch.cat([inverse, pad.to(q.dtype)])[seq][:, :, None, None]
+    else:
+        scale = q_descale[:, None, :, None, None]
+        if inverse is not None:
+            inverse = inverse[:, None, :, None, None]
+    if inverse is not None:  # two passes in q's dtype, every value already within 448
+        q8 = (grouped * inverse).to(e4m3)
+    else:
+        q8 = grouped.float().div_(scale).clamp_(-448.0, 448.0).to(e4m3)
+    return q8.flatten(-3, -2), (q_descale, descales[1], descales[2])
 
 
 def _descales(torch, given, dtype, batch, heads_kv, device):
@@ -423,6 +479,7 @@ def _attend(torch, q, k, v, cu_seqlens_q, max_seqlen_q, cu_seqlens_k, seqused_k,
     caller calls the page table and seqused_k, for the errors. e4m3 q/k/v (``descales``:
     FlashAttention-3's q/k/v_descale, each None or f32 [batch, heads_kv]) give a bf16 out."""
     table_name, used_name = names
+    q, descales = _fp8_query(torch, q, k, v, cu_seqlens_q, descales)
     dtype = _dtype_code(torch, q, k, v)
     fp8 = dtype == 2
     device = q.device
@@ -543,10 +600,13 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     the current stream; cu_seqlens values are not read on the host.
 
     FP8: q, k and v in torch.float8_e4m3fn (all three; with ``block_table`` only from a
-    cache built with the held-back paged e4m3 kernels, until a GPU has verified them) with
+    cache built with the held-back paged e4m3 kernels, until they run as fast as packed) with
     FlashAttention-3's ``q_descale``, ``k_descale``, ``v_descale``: f32 [batch, heads_kv]
     (batch = the number of sequences; any strides; None: 1.0), the dequantised input
     being e4m3 value x descale of its sequence and KV head. out is then bf16, the LSE f32.
+    A bf16/fp16 q beside e4m3 k and v (an FP8 KV cache under 16-bit activations) is
+    quantised to e4m3 on the call, by ``q_descale`` if given, else per sequence and KV
+    head by a power of two from its largest |q|.
 
     FlashAttention-3's keywords as sgl_kernel exports them are taken too:
     ``return_softmax_lse`` (``return_lse``), scheduling hints (``num_splits``,
@@ -684,8 +744,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
 
     FP8 (e4m3 q and caches, ``q/k/v_descale`` as in ``flash_attn_varlen_func``) over dense
     caches; over an e4m3 ``page_table`` or ``cache_batch_idx`` (SGLang's FP8 KV cache) only
-    from a cache built with ``build-cache --held-back`` (paged e4m3 kernels are compiled but
-    not yet verified on a GPU): the shipped cache raises Fa4genError naming that, which
+    from a cache built with ``build-cache --held-back`` (paged e4m3 kernels are correct on a
+    GPU but not yet as fast as packed K/V): the shipped cache raises Fa4genError naming that, which
     ``fa4gen.routed`` hands to its fallback.
     """
     import torch

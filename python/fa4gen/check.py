@@ -13,7 +13,8 @@ is poisoned (NaN) before the call, so a row the kernel skips fails.
 
 FP8 (group ``fp8``): e4m3 q/k/v with FlashAttention-3's descales (random per sequence and
 KV head, None, per-tensor expanded, strided), dense, varlen and paged, causal, unmasked
-and local windows, sinks, GQA, inputs with outlier channels; O (bf16) against f32
+and local windows, sinks, GQA, inputs with outlier channels, and bf16/fp16 q over e4m3
+K/V (the call quantises q); O (bf16) against f32
 attention on the dequantised inputs (e4m3 value x descale), relative L2 error at most 3e-2, LSE within 3e-2; and the FP8
 argument errors. Without e4m3 kernels in the cache its numeric cases are skipped.
 
@@ -375,8 +376,8 @@ def call_cases(cache):
                             causal=True, cache=cache)
     yield run_kvcache_dense("kvcache cache_batch_idx causal", 128, bf, 3, 50, 900, [900, 333, 51], 16, 2,
                             causal=True, batch_idx=True, cache=cache)
-    # DeepSeek's prefill (Q/K 192, V 128), where the cache serves it (held back until its
-    # kernels have passed `fa4-gen verify`): packed, causal, a cached prefix.
+    # DeepSeek's prefill (Q/K 192, V 128), where the cache serves it: packed, causal, a
+    # cached prefix.
     try:
         fa4gen.KernelCache(cache).select(head_dim=192, head_dim_v=128, max_seqlen_q=2048, causal=True)
     except fa4gen.Fa4genError as e:
@@ -600,14 +601,37 @@ def dequantise(x8, ds, b):
     return x8.float() * descale_rows(ds, b, x8.shape[1])[None, :, None]
 
 
+def q_value(q, qd, b, hkv):
+    """Sequence b's [rows, heads, d] q in f32 as the kernel sees it: e4m3 dequantised; a
+    16-bit q quantised as the call quantises it (divided by its descale, else by the power
+    of two that brings the sequence's largest |q| of each KV head's group into (224, 448]),
+    so the bound is the kernel's. Quantising q costs about 1e-2 of O's error on N(0,1)
+    inputs besides (fp8_layers.py reports O against the 16-bit q)."""
+    if q.dtype == E4M3:
+        return dequantise(q, qd, b)
+    x = q.float()
+    if qd is not None:
+        ds = descale_rows(qd, b, x.shape[1])
+    elif x.shape[0] == 0:
+        return x
+    else:
+        group = x.shape[1] // hkv
+        amax = x.abs().view(x.shape[0], hkv, group, -1).amax(dim=(0, 2, 3))
+        least = 2.0 ** (-14 if q.dtype == torch.float16 else -100)
+        ds = torch.exp2(torch.ceil(torch.log2(amax / 448.0))).clamp_min(least).repeat_interleave(group)
+    return quantise(x / ds[None, :, None]).float() * ds[None, :, None]
+
+
 def random_descales(batch, hkv):
     return torch.rand(batch, hkv, device=DEV) * 1.5 + 0.5  # in [0.5, 2]
 
 
-def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False, dv=None):
+def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False, dv=None, q_dtype=None):
     """e4m3 q, k, v from N(0,1) and their descales: "random" ([0.5, 2] per sequence and
     KV head), "none", or with ``outliers`` (4 channels x 20) a per-tensor scale that fits
-    them, expanded to [batch, hkv] (stride 0). v's last dim is ``dv`` (default k's)."""
+    them, expanded to [batch, hkv] (stride 0). v's last dim is ``dv`` (default k's).
+    ``q_dtype`` (bf16/fp16): q in that dtype, for the call to quantise (by q's descale
+    where "random", else from its largest values)."""
     shape_v = shape_k[:-1] + (dv or shape_k[-1],)
     xs = [torch.randn(*shape, device=DEV) for shape in (shape_q, shape_k, shape_v)]
     if outliers:
@@ -619,7 +643,8 @@ def fp8_inputs(shape_q, shape_k, hkv, batch, descales, outliers=False, dv=None):
             ds.append(torch.full((1,), scale, device=DEV).expand(batch, hkv))
         return [quantise(x, d[0, 0].item()) for x, d in zip(xs, ds)] + ds
     ds = [random_descales(batch, hkv) for _ in range(3)] if descales == "random" else [None] * 3
-    return [quantise(x) for x in xs] + ds
+    q = quantise(xs[0]) if q_dtype is None else xs[0].to(q_dtype)
+    return [q] + [quantise(x) for x in xs[1:]] + ds
 
 
 def fp8_verdict(name, d, o, lse, seqs, causal, packed=False, window=(-1, -1), sinks=None, softcap=0.0):
@@ -634,20 +659,21 @@ def fp8_verdict(name, d, o, lse, seqs, causal, packed=False, window=(-1, -1), si
 
 
 def run_fp8_dense(name, d, batch, sq, sk, hq, hkv, causal=False, descales="random", outliers=False, window=(-1, -1),
-                  sinks=False, softcap=0.0, cache=None, dv=None):
+                  sinks=False, softcap=0.0, cache=None, dv=None, q_dtype=None):
     dv = dv or d
-    q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers, dv)
+    q, k, v, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (batch, sk, hkv, d), hkv, batch, descales, outliers, dv,
+                                     q_dtype)
     sink_t = random_sinks(hq) if sinks else None
     out = torch.full((batch, sq, hq, dv), float("nan"), dtype=torch.bfloat16, device=DEV)
     o, lse = fa4gen.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap, sinks=sink_t,
                                     q_descale=qd, k_descale=kd, v_descale=vd, return_lse=True, out=out, cache=cache)
     torch.cuda.synchronize()
-    seqs = [(dequantise(q[b], qd, b), dequantise(k[b], kd, b), dequantise(v[b], vd, b)) for b in range(batch)]
+    seqs = [(q_value(q[b], qd, b, hkv), dequantise(k[b], kd, b), dequantise(v[b], vd, b)) for b in range(batch)]
     return fp8_verdict(name, d, o, lse, seqs, causal, window=window, sinks=sink_t, softcap=softcap)
 
 
 def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outliers=False, strided=False,
-                   window=(-1, -1), sinks=False, softcap=0.0, cache=None, dv=None):
+                   window=(-1, -1), sinks=False, softcap=0.0, cache=None, dv=None, q_dtype=None):
     """A packed e4m3 batch through flash_attn_varlen_func; with ``strided`` Q, K and V are
     views into one [tokens, 3, heads, d] buffer; ``descales`` may also be "mixed" (q's
     expanded per-tensor, k's a transposed view, v's contiguous: strides that differ)."""
@@ -655,7 +681,7 @@ def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outl
     total_q, total_k = sum(s for s, _ in seqs), sum(s for _, s in seqs)
     dv = dv or d
     q, k, v, qd, kd, vd = fp8_inputs((total_q, hq, d), (total_k, hkv, d), hkv, batch,
-                                     "random" if descales == "mixed" else descales, outliers, dv)
+                                     "random" if descales == "mixed" else descales, outliers, dv, q_dtype)
     if strided:
         assert dv == d, "one [tokens, 3, heads, d] buffer"
         qkv = torch.empty(max(total_q, total_k), 3, hq, d, dtype=E4M3, device=DEV)
@@ -673,7 +699,7 @@ def run_fp8_varlen(name, d, seqs, hq, hkv, causal=False, descales="random", outl
                                            cache=cache)
     torch.cuda.synchronize()
     sq_, sk_ = cu_q.tolist(), cu_k.tolist()
-    seqs = [(dequantise(q[sq_[b]:sq_[b + 1]], qd, b), dequantise(k[sk_[b]:sk_[b + 1]], kd, b),
+    seqs = [(q_value(q[sq_[b]:sq_[b + 1]], qd, b, hkv), dequantise(k[sk_[b]:sk_[b + 1]], kd, b),
              dequantise(v[sk_[b]:sk_[b + 1]], vd, b)) for b in range(batch)]
     return fp8_verdict(name, d, o, lse, seqs, causal, packed=True, window=window, sinks=sink_t, softcap=softcap)
 
@@ -691,13 +717,14 @@ def run_fp8_kvcache_dense(name, d, batch, sq, cache_rows, lengths, hq, hkv, caus
     return fp8_verdict(name, d, o, lse, seqs, causal)
 
 
-def run_fp8_kvcache_paged(name, d, sq, lengths, page_size, hq, hkv, causal=True, cache=None):
+def run_fp8_kvcache_paged(name, d, sq, lengths, page_size, hq, hkv, causal=True, cache=None, q_dtype=None):
     """flash_attn_with_kvcache over paged e4m3 caches: each sequence's pages scattered
     through the pool in a random order, its length from cache_seqlens."""
     batch = len(lengths)
     counts = [max(1, -(-n // page_size)) for n in lengths]
     pool = sum(counts) + 3
-    q, kc, vc, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (pool, page_size, hkv, d), hkv, batch, "random")
+    q, kc, vc, qd, kd, vd = fp8_inputs((batch, sq, hq, d), (pool, page_size, hkv, d), hkv, batch, "random",
+                                       q_dtype=q_dtype)
     order = torch.randperm(pool, device=DEV).to(torch.int32)
     table = torch.zeros(batch, max(counts), dtype=torch.int32, device=DEV)
     at = 0
@@ -711,7 +738,7 @@ def run_fp8_kvcache_paged(name, d, sq, lengths, page_size, hq, hkv, causal=True,
                                             out=out, cache=cache)
     torch.cuda.synchronize()
     rows = lambda c, b: c[table[b, :counts[b]].long()].reshape(-1, hkv, d)[:lengths[b]]  # noqa: E731
-    seqs = [(dequantise(q[b], qd, b), dequantise(rows(kc, b), kd, b), dequantise(rows(vc, b), vd, b))
+    seqs = [(q_value(q[b], qd, b, hkv), dequantise(rows(kc, b), kd, b), dequantise(rows(vc, b), vd, b))
             for b in range(batch)]
     return fp8_verdict(name, d, o, lse, seqs, causal)
 
@@ -776,8 +803,15 @@ def fp8_cases(cache, head_dims):
               cache=cache),
         guard(varlen, "e4m3 gpt-oss-style layer: window(128,0), sinks", d, RAGGED, 16, 2, causal=True,
               window=(128, 0), sinks=True, cache=cache),
+        # 16-bit q over e4m3 K/V (an FP8 KV cache under bf16 activations): the call quantises q
+        guard(dense, "bf16 q, e4m3 k/v: dense causal gqa4, q's descale from its max", d, 2, 300, 333, 8, 2,
+              causal=True, descales="none", q_dtype=torch.bfloat16, cache=cache),
+        guard(varlen, "bf16 q, e4m3 k/v: varlen prefix causal gqa8, q_descale given", d, PREFIX, 16, 2,
+              causal=True, q_dtype=torch.bfloat16, cache=cache),
+        guard(varlen, "fp16 q, e4m3 k/v: varlen ragged unmasked, descales None", d, RAGGED, 8, 8,
+              descales="none", q_dtype=torch.float16, cache=cache),
     ]
-    held_back = "not in this cache (held back until verified; build-cache --held-back)"
+    held_back = "not in this cache (held back until as fast as packed K/V; build-cache --held-back)"
     # Paged e4m3 caches, where the cache has the (held-back) paged kernels.
     if fp8_kernels(cache, d, paged=True) is None:
         paged = run_fp8_kvcache_paged
@@ -789,11 +823,13 @@ def fp8_cases(cache, head_dims):
             guard(paged, "e4m3 paged cache causal, page 16, one cache empty", d, 40, [300, 0, 64], 16, 8, 2,
                   cache=cache),
             guard(paged, "e4m3 paged cache causal, page 256, gqa8", d, 300, [1000, 300], 256, 16, 2, cache=cache),
+            guard(paged, "bf16 q, e4m3 paged cache causal, page 16 (vLLM/SGLang's FP8 cache)", d, 77,
+                  [600, 77, 200], 16, 8, 2, cache=cache, q_dtype=torch.bfloat16),
         ]
     else:
         print("skip e4m3 paged cases: " + held_back, flush=True)
     # Soft-capped e4m3 (Gemma 2's caps, and tighter ones that bend most scores), where the
-    # cache has the (held-back) soft-capped kernels.
+    # cache has the soft-capped kernels.
     if fp8_kernels(cache, d, softcap=True) is None:
         rows += [
             guard(dense, "e4m3 dense causal softcap 2 gqa4", d, 2, 300, 333, 8, 2, causal=True, softcap=2.0,
@@ -804,7 +840,7 @@ def fp8_cases(cache, head_dims):
                   softcap=5.0, cache=cache),
         ]
     else:
-        print("skip e4m3 softcap cases: " + held_back, flush=True)
+        print("skip e4m3 softcap cases: not in this cache", flush=True)
     for d in head_dims:
         if d == 128:
             continue
@@ -818,7 +854,7 @@ def fp8_cases(cache, head_dims):
             guard(varlen, "e4m3 varlen window(128,0) sinks gqa4", d, RAGGED, 8, 2, causal=True, window=(128, 0),
                   sinks=True, cache=cache),
         ]
-    # DeepSeek's prefill (Q/K 192, V 128), where the cache has the (held-back) kernels.
+    # DeepSeek's prefill (Q/K 192, V 128), where the cache has the kernels.
     why = fp8_kernels(cache, 192, dv=128)
     if why is None:
         rows += [
@@ -850,7 +886,11 @@ def fp8_error_cases(cache):
         expect_error("e4m3: descale on the CPU", lambda: call(q8, k8, k8, q_descale=good.cpu()), ValueError,
                      ["q_descale is on cpu", "q's CUDA device"]),
         expect_error("e4m3: q with bf16 k and v", lambda: call(q8, kb, kb), TypeError,
-                     ["torch.float8_e4m3fn", "not offered yet"]),
+                     ["q, k and v are torch.float8_e4m3fn, torch.bfloat16 and torch.bfloat16",
+                      "a bf16/fp16 q over e4m3 k and v"]),
+        expect_error("bf16 q, e4m3 k/v: q_descale of the wrong shape",
+                     lambda: call(qb, k8, k8, q_descale=torch.ones(2, 8, device=DEV)), ValueError,
+                     ["q_descale has shape (2, 8)", "(batch, num_heads_kv) = (2, 2)"]),
         expect_error("e4m3: out in e4m3", lambda: call(q8, k8, k8, out=torch.empty_like(q8)), ValueError,
                      ["out is torch.float8_e4m3fn", "torch.bfloat16"]),
     ] + ([] if fp8_kernels(cache, 128, paged=True) is None else [

@@ -99,10 +99,46 @@ class Tensor:
         return self if dtype_ is self.dtype else Tensor(self.shape, dtype_, self.device)
 
     def expand(self, *shape):
-        """A broadcast view: the new and the widened dims have stride 0."""
+        """A broadcast view: the new and the widened dims have stride 0 (-1 keeps a dim)."""
         lead = len(shape) - self.dim()
+        shape = shape[:lead] + tuple(m if n == -1 else n for n, m in zip(shape[lead:], self.shape))
         strides = [0] * lead + [0 if n != m else st for n, m, st in zip(shape[lead:], self.shape, self._strides)]
         return Tensor(shape, self.dtype, self.device, strides, self._address)
+
+    # Shape-level arithmetic (no values): results broadcast as torch's do, a tensor
+    # operand's dtype promoting a 16-bit one to f32, a Python number keeping the dtype.
+    def _binary(self, other):
+        if not isinstance(other, Tensor):
+            return Tensor(self.shape, self.dtype, self.device)
+        dtype_ = self.dtype if self.dtype is other.dtype else float32
+        return Tensor(_broadcast(self.shape, other.shape), dtype_, self.device)
+
+    __mul__ = __truediv__ = __rtruediv__ = __rmul__ = _binary
+
+    def _inplace(self, *args, **kwargs):
+        return self
+
+    div_ = clamp_ = clamp_min_ = scatter_reduce_ = _inplace
+
+    def float(self):
+        return self.to(float32)
+
+    def long(self):
+        return self.to(int64)
+
+    def new_ones(self, *shape):
+        return Tensor(shape, self.dtype, self.device)
+
+    def unflatten(self, dim, sizes):
+        dim %= self.dim()
+        return Tensor(self.shape[:dim] + tuple(sizes) + self.shape[dim + 1:], self.dtype, self.device)
+
+    def flatten(self, start, end):
+        start, end = start % self.dim(), end % self.dim()
+        n = 1
+        for s in self.shape[start:end + 1]:
+            n *= s
+        return Tensor(self.shape[:start] + (n,) + self.shape[end + 1:], self.dtype, self.device)
 
     def view(self, *shape):
         if not self.is_contiguous():
@@ -110,8 +146,18 @@ class Tensor:
         return Tensor(shape, self.dtype, self.device, address=self._address)
 
     def __getitem__(self, index):
-        """Basic indexing: slices and integers over the leading dims, as views."""
+        """Basic indexing: slices and integers over the leading dims, as views; None adds
+        a dim (shape only); a tensor picks rows of dim 0 (a fresh tensor, as torch's)."""
         index = index if isinstance(index, tuple) else (index,)
+        if isinstance(index[0], Tensor):
+            return Tensor(index[0].shape + self.shape[1:], self.dtype, self.device)[(slice(None),) + index[1:]]
+        if None in index:
+            shape, at = list(self.shape), 0
+            for i in index:
+                if i is None:
+                    shape.insert(at, 1)
+                at += 1
+            return Tensor(shape, self.dtype, self.device)
         shape, strides, address = [], [], self._address
         for dim, (n, st) in enumerate(zip(self.shape, self._strides)):
             i = index[dim] if dim < len(index) else slice(None)
@@ -131,12 +177,50 @@ class Tensor:
         return "Tensor(shape=%s, dtype=%s, strides=%s)" % (self.shape, self.dtype, self._strides)
 
 
+def _broadcast(a, b):
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        raise RuntimeError("shapes %s and %s do not broadcast" % (a, b))
+    return tuple(max(x, y) if 1 in (x, y) else x for x, y in zip(a, b))
+
+
 def empty(shape, dtype=float32, device="cuda:0"):
     return Tensor(shape, dtype, device)
 
 
-def zeros(shape, dtype=float32, device="cuda:0"):
-    return Tensor((shape,) if isinstance(shape, int) else shape, dtype, device)
+def zeros(*shape, dtype=float32, device="cuda:0"):
+    shape = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
+    return Tensor(shape, dtype, device)
+
+
+def arange(n, dtype=int64, device="cuda:0"):
+    return Tensor((n,), dtype, device)
+
+
+def searchsorted(sorted_sequence, values, right=False):
+    return Tensor(values.shape, int64, values.device)
+
+
+def cat(tensors, dim=0):
+    first = tensors[0]
+    n = sum(t.shape[dim] for t in tensors)
+    return Tensor(first.shape[:dim] + (n,) + first.shape[dim + 1:], first.dtype, first.device)
+
+
+def _same(x):
+    return Tensor(x.shape, x.dtype, x.device)
+
+
+exp2 = ceil = log2 = _same
+
+
+def _vector_norm(x, ord=2, dim=None):
+    dims = {d % x.dim() for d in dim}
+    return Tensor([n for i, n in enumerate(x.shape) if i not in dims], x.dtype, x.device)
+
+
+linalg = types.SimpleNamespace(vector_norm=_vector_norm)
 
 
 def full(shape, value, dtype=float32, device="cuda:0"):

@@ -532,14 +532,41 @@ class Fp8Calls(unittest.TestCase):
              r"v_descale has shape \(2,\)"),
             (lambda: fa4gen.flash_attn_func(q, k, v, v_descale=torch.empty((2, 2), F32, device="cpu")), ValueError,
              "v_descale is on cpu"),
-            (lambda: fa4gen.flash_attn_func(q, kb, kb), TypeError, "k is torch.bfloat16 and q is "
-             "torch.float8_e4m3fn: .* not offered yet"),
-            (lambda: fa4gen.flash_attn_func(qb, k, v), TypeError, "k is torch.float8_e4m3fn and q is torch.bfloat16"),
+            (lambda: fa4gen.flash_attn_func(q, kb, kb), TypeError, "q, k and v are torch.float8_e4m3fn, "
+             "torch.bfloat16 and torch.bfloat16: .* a bf16/fp16 q over e4m3 k and v"),
+            (lambda: fa4gen.flash_attn_func(qb, k, kb), TypeError, "q, k and v are torch.bfloat16, "
+             "torch.float8_e4m3fn and torch.bfloat16"),
+            (lambda: fa4gen.flash_attn_func(qb, k, v, q_descale=torch.empty((2, 8), F32)), ValueError,
+             r"q_descale has shape \(2, 8\): FlashAttention-3's \(batch, num_heads_kv\) = \(2, 2\)"),
         )
         for fn, kind, words in cases:
             with Launches() as rec, self.assertRaisesRegex(kind, words):
                 fn()
             self.assertEqual(rec.calls, [], words)
+
+    def test_a_16_bit_q_over_e4m3_k_and_v_is_quantised_on_the_call(self):
+        _, k, v = self.dense()
+        for qdtype in (BF16, torch.float16):
+            qb = torch.empty((2, 300, 8, 128), qdtype)
+            # Without q_descale: a fresh e4m3 q of q's shape and a descale per (sequence, KV head).
+            fields, _, o = launch(lambda: fa4gen.flash_attn_func(qb, k, v, causal=True))
+            self.assertEqual((fields["dtype"], o.dtype, o.shape), (2, BF16, (2, 300, 8, 128)))
+            self.assertNotEqual(fields["q"], qb.data_ptr())
+            self.assertNotEqual(fields["q_descale"], 0)
+            self.assertEqual((fields["k_descale"], fields["v_descale"]), (0, 0))
+            self.assertEqual((fields["q_batch"], fields["q_row"], fields["q_head"]), (300 * 8 * 128, 8 * 128, 128))
+        # With one: q divided by it, which the kernel then takes as q's descale.
+        qd = torch.empty((2, 2), F32)
+        fields, _, _ = launch(lambda: fa4gen.flash_attn_func(qb, k, v, q_descale=qd))
+        self.assertEqual((fields["dtype"], fields["q_descale"]), (2, qd.data_ptr()))
+        # Packed with cu_seqlens: the descales have a row per sequence.
+        q = torch.empty((700, 16, 128), BF16)
+        kp = torch.empty((900, 2, 128), E4M3)
+        cq, ck = torch.empty((4,), I32), torch.empty((4,), I32)
+        fields, _, o = launch(lambda: fa4gen.flash_attn_varlen_func(q, kp, kp, cq, ck, 400, 500, causal=True))
+        self.assertEqual((fields["dtype"], fields["batch"], fields["descale_batch"], fields["descale_head"]),
+                         (2, 3, 2, 1))
+        self.assertEqual(o.shape, (700, 16, 128))
 
     def test_paged_e4m3_reaches_the_cache_which_may_refuse_it_to_the_fallback(self):
         a = packed_extend()
