@@ -163,8 +163,7 @@ fn fp8_defaults_compile_on_sm90_and_fp8_elsewhere_is_refused() {
         .unwrap()
         .unwrap();
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
-    // d64, d128, d256 and 192/128 (built, held back) x causal, unmasked and local, the
-    // Hopper template alone.
+    // d64, d128, d256 and 192/128 x causal, unmasked and local, the Hopper template alone.
     assert_eq!(report.kernels.len(), 12);
     for k in &report.kernels {
         assert_eq!(k.candidate.template, Template::Hopper);
@@ -172,8 +171,7 @@ fn fp8_defaults_compile_on_sm90_and_fp8_elsewhere_is_refused() {
         assert_eq!(k.resources.disqualification(), None, "{}", k.id);
         assert!(k.footprint.tma_rows > 0, "{}: FP8 loads by TMA", k.id);
     }
-    // Softcap over e4m3 is built (held back from the cache until a GPU verifies it):
-    // its causal d128 default compiles spill-free like the rest.
+    // Softcap over e4m3: its causal d128 default compiles spill-free like the rest.
     let args = [
         "compile",
         "--arch",

@@ -51,19 +51,24 @@ pub(super) const HELD_BACK_FP8_SINKS: bool = false;
 
 /// Likewise for FP8 specs over paged K/V: every key tile by the producer warpgroup's copies
 /// (the 16-bit kernels' page gather, in pairs of bytes), then its V transposed as a TMA
-/// tile is; compiled for every e4m3 tile. Through Python on an H100 (9e5d3677) 3 of 3;
-/// `verify` of the defaults found a tile of no keys loading (fixed), to run again.
+/// tile is; compiled for every e4m3 tile. Correct on an H100 (every default, 1512/1512
+/// checks with the rest of e4m3's, ce3b699e; through Python 4 of 4, pages of 1, 16 and
+/// 256), but held back for speed: a Llama-3-8B layer over pages of 16 ran 0.52x the same
+/// keys packed (`bench/fp8_layers.py`, docs/performance.md section 8).
 pub(super) const HELD_BACK_FP8_PAGED: bool = true;
 
 /// Likewise for soft-capped FP8 specs: the descales scale the scores before the tanh
-/// (kernel_ws.cuh), the exp2 keeps the cap's scale; compiled for every e4m3 tile. Through
-/// Python on an H100 (9e5d3677) 2 of 2; `verify` of the defaults not yet run.
-pub(super) const HELD_BACK_FP8_SOFTCAP: bool = true;
+/// (kernel_ws.cuh), the exp2 keeps the cap's scale. Lifted: every default passed `verify`
+/// on an H100 (ce3b699e, with the rest of e4m3's defaults, 1512/1512; through Python 3 of 3).
+pub(super) const HELD_BACK_FP8_SOFTCAP: bool = false;
 
-/// Likewise for FP8 at these QK/V head dims: DeepSeek's 192/128 (V, O and P as d128's,
-/// Q and K over six k32 steps); compiled for every e4m3 tile. Through Python on an H100
-/// (9e5d3677) 3 of 3; `verify` of the defaults not yet run.
-pub(super) const HELD_BACK_FP8_HEAD_DIMS: &[(u32, u32)] = &[(192, 128)];
+/// FP8's QK/V head dims: d64, d128, d256 and DeepSeek's 192/128 (V, O and P as d128's, Q
+/// and K over six k32 steps).
+const FP8_HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128), (256, 256), (192, 128)];
+
+/// Likewise for FP8 at these QK/V head dims. None now: 192/128's defaults passed `verify`
+/// on an H100 (ce3b699e, 1512/1512 with the rest; through Python 3 of 3).
+pub(super) const HELD_BACK_FP8_HEAD_DIMS: &[(u32, u32)] = &[];
 
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
@@ -78,13 +83,10 @@ fn padded_units(cols: u32, dtype: Dtype) -> u32 {
     padded(cols * dtype.size() / 2)
 }
 
-/// What the template offers in FP8 (e4m3) so far: d64, d128, d256 and 192/128, any mask,
-/// sinks, softcap and paged K/V (held back: [`HELD_BACK_FP8_HEAD_DIMS`],
-/// [`HELD_BACK_FP8_SOFTCAP`], [`HELD_BACK_FP8_PAGED`]).
+/// What the template offers in FP8 (e4m3): [`FP8_HEAD_DIMS`], any mask, sinks, softcap
+/// and paged K/V (held back: [`HELD_BACK_FP8_PAGED`]).
 pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
-    !spec.dtype.is_fp8()
-        || ([64, 128, 256].contains(&spec.head_dim) && spec.head_dim_v == spec.head_dim)
-        || HELD_BACK_FP8_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
+    !spec.dtype.is_fp8() || FP8_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
 }
 
 /// Whether the template builds `spec` but the shipped cache waits for `fa4-gen verify` on

@@ -517,16 +517,12 @@ impl KernelCache {
                 q.features.name()
             ),
             fix: if q.dtype.is_fp8() && !fp8_here {
-                "this cache has no e4m3 kernel at this head dim: the shipped cache serves e4m3 \
-                 at d64, d128 and d256 (`fa4-gen build-cache`) and holds 192/128 back until \
-                 `fa4-gen verify` passes on a GPU (`fa4-gen build-cache --held-back` builds it \
-                 to check)"
-            } else if q.dtype.is_fp8() && q.features.softcap {
-                "soft-capped e4m3 is held back from the shipped cache until `fa4-gen verify` passes \
-                 on a GPU: build a cache to check it with `fa4-gen build-cache --held-back`"
+                "this cache has no e4m3 kernel at this head dim: fa4-gen serves e4m3 at d64, \
+                 d128, d256 and 192/128 (`fa4-gen build-cache --head-dim ...` builds them)"
             } else if q.dtype.is_fp8() && q.features.paged_kv {
-                "e4m3 over paged K/V is held back from the shipped cache until `fa4-gen verify` passes \
-                 on a GPU: build a cache to check it with `fa4-gen build-cache --held-back`"
+                "e4m3 over paged K/V is held back from the shipped cache (correct on a GPU, not yet \
+                 as fast as packed K/V): pass the keys packed with cu_seqlens_k, or build a cache \
+                 with them with `fa4-gen build-cache --held-back`"
             } else {
                 "build it with `fa4-gen build-cache --features all`"
             },

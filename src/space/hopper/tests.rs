@@ -907,7 +907,7 @@ fn fp8_local_windows_and_sinks_are_built_and_served_once_verified() {
 }
 
 #[test]
-fn fp8_softcap_is_built_on_the_causal_tiles_and_held_back_until_a_gpu_verifies_it() {
+fn fp8_softcap_is_built_on_the_causal_tiles_and_served() {
     for d in [64, 128, 256] {
         for mask in MaskKind::ALL {
             for features in ["softcap", "sinks+softcap"] {
@@ -917,12 +917,10 @@ fn fp8_softcap_is_built_on_the_causal_tiles_and_held_back_until_a_gpu_verifies_i
                 };
                 let plain = KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, mask);
                 assert!(Template::Hopper.supports(&spec), "d{d} {features}");
-                assert!(super::super::awaits_verify(&spec));
-                assert!(!Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
-                assert_eq!(
-                    super::super::held_back_template(&spec),
-                    Some(Template::Hopper)
-                );
+                // verified on a GPU: served
+                assert!(!super::super::awaits_verify(&spec));
+                assert!(Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
+                assert_eq!(super::super::held_back_template(&spec), None);
                 // The unfeatured spec's tiles, kept and set aside alike; no fixed offset
                 // by the cap (P in e4m3 keeps the row max's offset).
                 let default = default_config(&spec);
@@ -942,7 +940,7 @@ fn fp8_softcap_is_built_on_the_causal_tiles_and_held_back_until_a_gpu_verifies_i
 }
 
 #[test]
-fn fp8_over_pages_is_built_by_copies_and_held_back_until_a_gpu_verifies_it() {
+fn fp8_over_pages_is_built_by_copies_and_held_back_until_it_is_fast() {
     for d in [64, 128, 256] {
         for features in ["paged", "sinks+paged"] {
             let spec = KernelSpec {
@@ -977,19 +975,17 @@ fn fp8_over_pages_is_built_by_copies_and_held_back_until_a_gpu_verifies_it() {
 }
 
 #[test]
-fn fp8_at_192_128_is_built_and_held_back_until_a_gpu_verifies_it() {
+fn fp8_at_192_128_is_built_and_served() {
     for mask in MaskKind::ALL {
         let spec = KernelSpec {
             head_dim_v: 128,
             ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, 192, mask)
         };
         assert!(Template::Hopper.supports(&spec), "{mask}");
-        assert!(super::super::awaits_verify(&spec));
-        assert!(!Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
-        assert_eq!(
-            super::super::held_back_template(&spec),
-            Some(Template::Hopper)
-        );
+        // verified on a GPU: served
+        assert!(!super::super::awaits_verify(&spec));
+        assert!(Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
+        assert_eq!(super::super::held_back_template(&spec), None);
         // V, O and P are d128's, so the default takes more keys than d256's 96; every
         // kept tile keeps FP8's rules.
         let default = default_config(&spec);
