@@ -562,6 +562,47 @@ fn lazy_rescaling_configs_compile() {
     }
 }
 
+/// The warp-specialised producer over pages (the tiles of paged e4m3, and candidates of
+/// paged bf16) compiles without spills: its page rows, a pair of words per key of the
+/// tile in shared memory, are where the config space's model puts them (the rendered
+/// layout asserts its size against the model's).
+#[test]
+fn paged_producer_tiles_compile() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut planned = Vec::new();
+    for dtype in [Dtype::Bf16, Dtype::E4m3] {
+        let spec = KernelSpec {
+            features: "paged".parse().unwrap(),
+            ..KernelSpec::new(Arch::Sm90, dtype, 128, MaskKind::Causal)
+        };
+        let p = space::plan(Template::Hopper, &spec)
+            .into_iter()
+            .find(|p| {
+                p.verdict.is_ok()
+                    && p.candidate.config.tag().ends_with("w12s2_overlap1_pingpong1_ws1")
+                    && p.candidate.config.block_m == 128
+            })
+            .unwrap();
+        planned.push(p);
+    }
+    let report = compile_all_cleanly(dir.path(), &planned);
+    for k in &report.kernels {
+        assert_eq!(k.resources.disqualification(), None, "{}", k.id.0);
+        // the same tile over strided K/V has no page rows
+        let strided = KernelSpec {
+            features: "none".parse().unwrap(),
+            ..k.candidate.spec
+        };
+        let twin = Template::Hopper.check(&strided, &k.candidate.config).unwrap();
+        assert_eq!(
+            k.footprint.smem_bytes,
+            twin.smem_bytes + 8 * k.candidate.config.block_n,
+            "{}",
+            k.id.0
+        );
+    }
+}
+
 /// Compiles `planned` (sm90) into `dir` and returns the report, asserting that every
 /// kernel built and none was set aside.
 fn compile_all_cleanly(dir: &std::path::Path, planned: &[space::Planned]) -> compile::Report {

@@ -54,7 +54,8 @@ pub(super) const HELD_BACK_FP8_SINKS: bool = false;
 /// tile is; compiled for every e4m3 tile. Correct on an H100 (every default, 1512/1512
 /// checks with the rest of e4m3's, ce3b699e; through Python 4 of 4, pages of 1, 16 and
 /// 256), but held back for speed: a Llama-3-8B layer over pages of 16 ran 0.52x the same
-/// keys packed (`bench/fp8_layers.py`, docs/performance.md section 8).
+/// keys packed (`bench/fp8_layers.py`, docs/performance.md section 8). The producer's
+/// page rows (a key's page looked up once a tile) came after that run: to verify and time.
 pub(super) const HELD_BACK_FP8_PAGED: bool = true;
 
 /// Likewise for soft-capped FP8 specs: the descales scale the scores before the tanh
@@ -505,12 +506,15 @@ fn smem_bytes_with(
         let split = if splits_tail(spec, c) { 56 } else { 0 };
         // (+ FP8's loaded-V barriers)
         let loaded_v = if spec.dtype.is_fp8() { 8 * c.stages } else { 0 };
+        // (+ the producer's page rows: each key's page and row within it)
+        let page_rows = if spec.features.paged_kv { 8 * c.block_n } else { 0 };
         32 * c.stages
             + 16 * (c.block_m / 64) * q_buffers
             + if shared_o { 8 } else { 0 }
             + mufu_turn
             + split
             + loaded_v
+            + page_rows
     } else {
         16
     };

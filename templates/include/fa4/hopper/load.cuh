@@ -46,13 +46,36 @@ __device__ __forceinline__ void producer_copy(u32 smem_tile, RowPtr row_ptr, con
     }
 }
 
-// Keys key_begin .. key_begin + kBlockN of one K or V head by the producer.
+// The page and the row within it of each of a tile's keys key_begin .. + kBlockN (below
+// `valid`), as pairs of 32-bit words at `page_rows` in shared memory, for
+// producer_load_kv's copies of K and V. Each key is looked up once a tile: a 16-byte copy
+// that looked up its own row waited on that table load and division before it could
+// issue, 8 to 32 of them a row. The caller meets the other threads before the copies
+// read them, and after its last copies read the previous tile's.
+template <int kBlockN, int kThreads>
+__device__ __forceinline__ void producer_find_pages(u32 page_rows, const PageTable& pages, int key_begin, int valid,
+                                                    int tid) {
+    for (int r = tid; r < kBlockN; r += kThreads) {
+        int page = 0, row = 0;
+        if (r < valid) {
+            const int key = key_begin + r;
+            page = pages.pages[key / pages.page_size];
+            row = key % pages.page_size;
+        }
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(page_rows + 8 * r), "r"(page), "r"(row) : "memory");
+    }
+}
+
+// Keys key_begin .. key_begin + kBlockN of one K or V head by the producer (paged: the
+// pages producer_find_pages put at `page_rows`).
 template <bool kPaged, int kBlockN, class Layout, int kThreads>
 __device__ __forceinline__ void producer_load_kv(u32 slot, const u16* gmem, i64 row_stride, i64 page_stride,
-                                                 const PageTable& pages, int key_begin, int valid, int tid) {
+                                                 u32 page_rows, int key_begin, int valid, int tid) {
     if constexpr (kPaged) {
         producer_copy<kBlockN, Layout, kThreads>(slot, [&](int r) {
-            return gmem + pages.row_offset(key_begin + r, page_stride, row_stride);
+            int page, row;
+            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(page), "=r"(row) : "r"(page_rows + 8 * r) : "memory");
+            return gmem + i64(page) * page_stride + i64(row) * row_stride;
         }, gmem, valid, tid);
     } else {
         const u16* const tile = gmem + i64(key_begin) * row_stride;

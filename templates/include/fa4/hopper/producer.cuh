@@ -141,13 +141,20 @@ struct Producer {
             const int key_begin = (w.n_end - 1 - tile) * T::kBlockN;
             // The first tile is the last key block: rows past the keys load as zeros.
             const int valid = tile == 0 ? w.seq.seqlen_k - key_begin : T::kBlockN;
+            if constexpr (T::kPaged) {
+                // (the previous tile's copies were issued: every thread met after them)
+                producer_find_pages<T::kBlockN, 128>(smem.page_rows(), pages, key_begin, valid, tid);
+                named_barrier_sync(kProducerBarrier, 128);
+            }
             mbarrier_wait(smem.empty_k(slot), free_parity);
             producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutK, 128>(
-                smem.k_tile(slot), k_gmem, params.k_row_stride, params.k_batch_stride, pages, key_begin, valid, tid);
+                smem.k_tile(slot), k_gmem, params.k_row_stride, params.k_batch_stride, smem.page_rows(), key_begin,
+                valid, tid);
             copies_issued(smem.full_k(slot));
             mbarrier_wait(smem.empty_v(slot), free_parity);
             producer_load_kv<T::kPaged, T::kBlockN, typename T::LayoutV, 128>(
-                smem.v_tile(slot), v_gmem, params.v_row_stride, params.v_batch_stride, pages, key_begin, valid, tid);
+                smem.v_tile(slot), v_gmem, params.v_row_stride, params.v_batch_stride, smem.page_rows(), key_begin,
+                valid, tid);
             copies_issued(T::kIsFp8 ? smem.loaded_v(slot) : smem.full_v(slot));
         };
         if constexpr (T::kIsFp8) {

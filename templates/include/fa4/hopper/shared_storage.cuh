@@ -16,6 +16,8 @@
 //   split share (kSplitTail) the block's share of the split tail (SplitItems)
 //   loaded V    (FP8) per stage, the barrier of the V tile's load; "full V" then means its
 //               transpose is in the Vt slot, "empty V" that the Vt slot is free
+//   page rows   (paged K/V) kBlockN pairs of 32-bit words: the page and the row within it of
+//               each key of the tile the producer is copying
 //
 // Every tile starts on a 1024-byte swizzle atom (traits.cuh asserts the sizes).
 #pragma once
@@ -45,9 +47,9 @@ struct SharedStorage {
     static constexpr int kSplitOffset = kTurnOffset + (T::kMufuTurns ? 8 : 0);
     static constexpr int kVtOffset = kVOffset + kStages * T::kSmemV * 2;
     static constexpr int kLoadedVOffset = kSplitOffset + T::kSplitTailBytes;
+    static constexpr int kPageRowsOffset = kLoadedVOffset + (T::kIsFp8 ? 8 * kStages : 0);
     static_assert(kVtOffset + kStages * T::kSmemVt * 2 == kBarrierOffset, "the tiles end where the barriers start");
-    static_assert(kLoadedVOffset + (T::kIsFp8 ? 8 * kStages : 0) == T::kSmemBytes,
-                  "the layout's size is traits.cuh's kSmemBytes");
+    static_assert(kPageRowsOffset + T::kPageRowsBytes == T::kSmemBytes, "the layout's size is traits.cuh's kSmemBytes");
 
     // Shared-memory addresses of the regions.
     u32 q, o, k, v;
@@ -67,6 +69,8 @@ struct SharedStorage {
     // FP8: the Vt ring and the loaded-V barriers (kVtOffset, kLoadedVOffset from the base).
     __device__ __forceinline__ u32 vt_tile(int slot) const { return q + kVtOffset + slot * T::kSmemVt * 2; }
     __device__ __forceinline__ u32 loaded_v(int slot) const { return q + kLoadedVOffset + 8 * slot; }
+    // Paged K/V: the page rows (kPageRowsOffset from the base).
+    __device__ __forceinline__ u32 page_rows() const { return q + kPageRowsOffset; }
 
     // One thread, before the block's first barrier: each barrier's arrivals per phase, and
     // the turn word's zero.

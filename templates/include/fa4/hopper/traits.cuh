@@ -146,9 +146,12 @@ struct Traits {
         (kSmemQRegion + kSmemORegion + kStages * (kSmemK + kSmemV + kSmemVt)) * 2;
     // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
     // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
+    // The warp-specialised producer's page table rows (a key tile's page and row within it).
+    static constexpr int kPageRowsBytes = kWarpSpecialized && kPaged ? 8 * kBlockN : 0;
     static constexpr int kSmemBytes =
         kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers + (kSharedO ? 8 : 0) +
-                                                  (kMufuTurns ? 8 : 0) + kSplitTailBytes + (kIsFp8 ? 8 * kStages : 0)
+                                                  (kMufuTurns ? 8 : 0) + kSplitTailBytes + (kIsFp8 ? 8 * kStages : 0) +
+                                                  kPageRowsBytes
                                             : 16);
 
     static_assert(kWarpgroups >= 1 && kWarpgroups <= 3, "1 to 3 warpgroups");
