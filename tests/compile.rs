@@ -579,7 +579,10 @@ fn paged_producer_tiles_compile() {
             .into_iter()
             .find(|p| {
                 p.verdict.is_ok()
-                    && p.candidate.config.tag().ends_with("w12s2_overlap1_pingpong1_ws1")
+                    && p.candidate
+                        .config
+                        .tag()
+                        .ends_with("w12s2_overlap1_pingpong1_ws1")
                     && p.candidate.config.block_m == 128
             })
             .unwrap();
@@ -593,7 +596,9 @@ fn paged_producer_tiles_compile() {
             features: "none".parse().unwrap(),
             ..k.candidate.spec
         };
-        let twin = Template::Hopper.check(&strided, &k.candidate.config).unwrap();
+        let twin = Template::Hopper
+            .check(&strided, &k.candidate.config)
+            .unwrap();
         assert_eq!(
             k.footprint.smem_bytes,
             twin.smem_bytes + 8 * k.candidate.config.block_n,

@@ -507,7 +507,11 @@ fn smem_bytes_with(
         // (+ FP8's loaded-V barriers)
         let loaded_v = if spec.dtype.is_fp8() { 8 * c.stages } else { 0 };
         // (+ the producer's page rows: each key's page and row within it)
-        let page_rows = if spec.features.paged_kv { 8 * c.block_n } else { 0 };
+        let page_rows = if spec.features.paged_kv {
+            8 * c.block_n
+        } else {
+            0
+        };
         32 * c.stages
             + 16 * (c.block_m / 64) * q_buffers
             + if shared_o { 8 } else { 0 }
