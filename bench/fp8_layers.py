@@ -39,6 +39,9 @@ import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers_fp8 import CudnnFp8, quantise  # noqa: E402  (beside this file)
+
 LAYERS = {  # name: (head dim, query heads, KV heads, window left or None, sinks)
     "llama-3-8b": (128, 32, 8, None, False),
     "gpt-oss-20b-full": (64, 64, 8, None, True),
@@ -52,11 +55,6 @@ def pairs(s, window):
     before each query (None: all)."""
     w = s if window is None else min(s, window + 1)
     return w * (w + 1) // 2 + (s - w) * w
-
-
-def quantise(torch, x, scale=None):
-    x = x if scale is None else x / scale
-    return x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
 
 
 def reference(torch, q, k, v, scale, window, sinks):
@@ -196,9 +194,6 @@ def cudnn_call(torch, q8, k8, v8, b, s, hq, hkv, d, scale):
     """cuDNN's FP8 SDPA on dense BSHD views of the packed tensors (descales 1: its time
     does not depend on them; its O is then compared on inputs without descales, so its
     rel_err is left out)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from peers_fp8 import CudnnFp8
-
     q, k, v = (t.view(b, s, -1, d) for t in (q8, k8, v8))
     if hkv != hq:  # sdpa_fp8's graph is built with one head count for Q, K and V
         k, v = (t.view(torch.uint8).repeat_interleave(hq // hkv, 2).view(torch.float8_e4m3fn) for t in (k, v))

@@ -280,6 +280,12 @@ def _fp8_query(torch, q, k, v, cu_seqlens_q, descales):
         # each row's sequence; rows past the last sequence (unread) get an extra one
         rows = torch.arange(q.shape[0], dtype=torch.int32, device=q.device)
         seq = torch.searchsorted(cu_seqlens_q[1:], rows, right=True).clamp_(max=batch).long()
+
+    def per_row(t):  # a [batch, heads_kv] factor spread over grouped's rows
+        if packed:
+            return torch.cat([t, t.new_ones(1, heads_kv)])[seq][:, :, None, None]
+        return t[:, None, :, None, None]
+
     if q_descale is None:
         if packed:
             row_max = torch.linalg.vector_norm(grouped, ord=float("inf"), dim=(2, 3)).float()
@@ -290,22 +296,10 @@ def _fp8_query(torch, q, k, v, cu_seqlens_q, descales):
         # fp16 holds 2^14 (the inverse); bf16 has f32's exponents
         least = 2.0 ** (-14 if q.dtype == torch.float16 else -100)
         q_descale = torch.exp2(torch.ceil(torch.log2(amax / 448.0))).clamp_min_(least)
-        inverse = (1.0 / q_descale).to(q.dtype)  # exact: powers of two
+        # two passes in q's dtype: the inverse is a power of two and every value lands within 448
+        q8 = (grouped * per_row((1.0 / q_descale).to(q.dtype))).to(e4m3)
     else:
-        inverse = None
-    if packed:
-        pad = q_descale.new_ones(1, heads_kv).float()
-        scale = torch.cat([q_descale.float(), pad])[seq][:, :, None, None]
-        if inverse is not None:
-            inverse = torch.cat([inverse, pad.to(q.dtype)])[seq][:, :, None, None]
-    else:
-        scale = q_descale[:, None, :, None, None]
-        if inverse is not None:
-            inverse = inverse[:, None, :, None, None]
-    if inverse is not None:  # two passes in q's dtype, every value already within 448
-        q8 = (grouped * inverse).to(e4m3)
-    else:
-        q8 = grouped.float().div_(scale).clamp_(-448.0, 448.0).to(e4m3)
+        q8 = grouped.float().div_(per_row(q_descale.float())).clamp_(-448.0, 448.0).to(e4m3)
     return q8.flatten(-3, -2), (q_descale, descales[1], descales[2])
 
 
