@@ -51,7 +51,8 @@ pub struct BenchArgs {
     /// length packed with cu_seqlens, a chunked-prefill step behind cached prefixes) on
     /// the attention layers of llama-3-8b (32:8 heads, d128) and gpt-oss-20b (64:8, d64),
     /// causal, or all. Rows carry the mix and its lengths (`bench/peers_serving.py`
-    /// times the peers on the same batches).
+    /// times the peers on the same batches). `--features paged` reads K/V through a page
+    /// table, as SGLang's extend and vLLM's prefill calls do.
     #[arg(long, value_delimiter = ',')]
     pub serving: Vec<String>,
     /// Hand the grid's batches over packed with cu_seqlens (varlen) instead of dense.
@@ -252,7 +253,7 @@ pub(super) fn run(a: BenchArgs, quiet: bool) -> CliResult {
         fa4_gen::measure::bench::serving_cells(&a.serving)
             .map_err(CliError::Usage)?
             .into_iter()
-            .map(|cell| (cell, vec![Features::default()]))
+            .map(|cell| (cell, features.clone()))
             .collect()
     } else if a.layers.is_empty() {
         fa4_gen::measure::bench::paper_grid(
