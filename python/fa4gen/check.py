@@ -811,8 +811,7 @@ def fp8_cases(cache, head_dims):
         guard(varlen, "fp16 q, e4m3 k/v: varlen ragged unmasked, descales None", d, RAGGED, 8, 8,
               descales="none", q_dtype=torch.float16, cache=cache),
     ]
-    held_back = "not in this cache (held back until as fast as packed K/V; build-cache --held-back)"
-    # Paged e4m3 caches, where the cache has the (held-back) paged kernels.
+    # Paged e4m3 caches (SGLang's and vLLM's FP8 KV caches), where the cache has them.
     if fp8_kernels(cache, d, paged=True) is None:
         paged = run_fp8_kvcache_paged
         rows += [
@@ -827,7 +826,7 @@ def fp8_cases(cache, head_dims):
                   [600, 77, 200], 16, 8, 2, cache=cache, q_dtype=torch.bfloat16),
         ]
     else:
-        print("skip e4m3 paged cases: " + held_back, flush=True)
+        print("skip e4m3 paged cases: not in this cache (build-cache --features paged)", flush=True)
     # Soft-capped e4m3 (Gemma 2's caps, and tighter ones that bend most scores), where the
     # cache has the soft-capped kernels.
     if fp8_kernels(cache, d, softcap=True) is None:
@@ -894,10 +893,10 @@ def fp8_error_cases(cache):
         expect_error("e4m3: out in e4m3", lambda: call(q8, k8, k8, out=torch.empty_like(q8)), ValueError,
                      ["out is torch.float8_e4m3fn", "torch.bfloat16"]),
     ] + ([] if fp8_kernels(cache, 128, paged=True) is None else [
-        expect_error("e4m3: paged cache, held back", lambda: fa4gen.flash_attn_with_kvcache(
+        expect_error("e4m3: paged cache not in this cache", lambda: fa4gen.flash_attn_with_kvcache(
             q8, k8.view(8, 16, 2, 128), k8.view(8, 16, 2, 128), page_table=torch.arange(8, dtype=torch.int32,
                                                                                         device=DEV).view(2, 4),
-            cache_seqlens=64, cache=cache), fa4gen.Fa4genError, ["e4m3", "paged", "held back"]),
+            cache_seqlens=64, cache=cache), fa4gen.Fa4genError, ["e4m3", "paged", "build-cache --features paged"]),
     ])
 
 

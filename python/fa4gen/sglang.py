@@ -6,7 +6,7 @@ starts SGLang's server (``sglang.launch_server``, every argument passed on) with
 backend's two calls, ``flash_attn_with_kvcache`` (extend: prefill over the paged cache)
 and ``flash_attn_varlen_func``, replaced by :func:`fa4gen.routed` ones: prefill runs on
 fa4-gen's kernels; decode, speculative verification's few tokens and whatever fa4-gen
-refuses (an FP8 KV cache, MLA's ``qv``, a head dim the cache lacks) run on the engine's own
+refuses (MLA's ``qv``, a head dim the cache lacks) run on the engine's own
 call, each reason counted.
 
 SGLang starts its schedulers with multiprocessing's "spawn", so a replacement made in the

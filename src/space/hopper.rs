@@ -51,12 +51,12 @@ pub(super) const HELD_BACK_FP8_SINKS: bool = false;
 
 /// Likewise for FP8 specs over paged K/V: every key tile by the producer warpgroup's copies
 /// (the 16-bit kernels' page gather, in pairs of bytes), then its V transposed as a TMA
-/// tile is; compiled for every e4m3 tile. Correct on an H100 (every default, 1512/1512
-/// checks with the rest of e4m3's, ce3b699e; through Python 4 of 4, pages of 1, 16 and
-/// 256), but held back for speed: a Llama-3-8B layer over pages of 16 ran 0.52x the same
-/// keys packed (`bench/fp8_layers.py`, docs/performance.md section 8). The producer's
-/// page rows (a key's page looked up once a tile) came after that run: to verify and time.
-pub(super) const HELD_BACK_FP8_PAGED: bool = true;
+/// tile is. Lifted: every paged e4m3 default passed `verify` on an H100 (504/504 after the
+/// page rows, 166a4c91-dirty; 1512/1512 with the rest before them, ce3b699e), and with
+/// the page rows and tuned picks the Llama-3-8B and gpt-oss-20b layers over an e4m3 cache
+/// in pages of 16 run 1.18 and 1.24x the bf16 paged kernels (still 0.59 and 0.79x the
+/// same keys packed: docs/performance.md section 8).
+pub(super) const HELD_BACK_FP8_PAGED: bool = false;
 
 /// Likewise for soft-capped FP8 specs: the descales scale the scores before the tanh
 /// (kernel_ws.cuh), the exp2 keeps the cap's scale. Lifted: every default passed `verify`
@@ -85,7 +85,7 @@ fn padded_units(cols: u32, dtype: Dtype) -> u32 {
 }
 
 /// What the template offers in FP8 (e4m3): [`FP8_HEAD_DIMS`], any mask, sinks, softcap
-/// and paged K/V (held back: [`HELD_BACK_FP8_PAGED`]).
+/// and paged K/V.
 pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
     !spec.dtype.is_fp8() || FP8_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
 }
@@ -752,8 +752,10 @@ pub(super) fn check(spec: &KernelSpec, c: &TileConfig) -> Result<Footprint, Reje
 /// Sliding windows see a few key blocks per query block: one warpgroup over 64 keys led
 /// on window (128, 0) at d64; at d128 one consumer over 64 keys, persistent with two
 /// blocks per SM, 1.06x the non-persistent one over windows of 128 and 1024 keys
-/// (166 to 173 against 154 to 159 TFLOP/s at window 128). Paged K/V keep the stage-1 schedule, whose
-/// every warp shares the page lookups (the producer alone ran 0.7 to 0.8x). Then smaller
+/// (166 to 173 against 154 to 159 TFLOP/s at window 128). Paged K/V keep the stage-1 schedule
+/// until a warp-specialised default passes `verify` on a GPU: since the producer looks each
+/// key's page up once a tile, the tuned paged picks (mostly three consumers over 64 keys)
+/// run 1.63 to 1.87x it (H100, 166a4c91-dirty). Then smaller
 /// tiles, for feature sets that need more registers (ptxas has the last word: a test
 /// compiles every default without spills). Soft-capped bf16 specs take the chosen tile's
 /// fixed-offset twin (CAP_OFFSET) where check() allows it (warp-specialised tiles): over

@@ -584,22 +584,22 @@ class Fp8Calls(unittest.TestCase):
             q8, kc8, kc8, a["cu_seqlens_q"], None, 400, 512, block_table=a["page_table"],
             seqused_k=a["cache_seqlens"]))
         self.assertEqual((fields["dtype"], fields["page_table"]), (2, a["page_table"].data_ptr()))
-        # The shipped cache holds paged e4m3 back (not yet verified on a GPU): the
-        # runtime's refusal is "unsupported", which routed hands to the engine's FA3.
+        # A cache built without paged e4m3: the runtime's refusal is "unsupported", which
+        # routed hands to the engine's FA3.
         saved = fa4gen._launch
 
-        def held_back(*args, **kw):
+        def not_built(*args, **kw):
             raise fa4gen.Fa4genError(fa4gen.ERR_UNSUPPORTED, "e4m3 causal mask with features paged is not in "
-                                     "this cache for sm90 d128; e4m3 over paged K/V is held back")
+                                     "this cache for sm90 d128; this cache was built without e4m3 over paged K/V")
         try:
-            fa4gen._launch = held_back
+            fa4gen._launch = not_built
             fa3_kvcache.calls = []
             route = fa4gen.routed(fa3_kvcache)
             self.assertEqual(route(q8, kc8, kc8, **extend), "fa3")
         finally:
             fa4gen._launch = saved
         self.assertEqual(len(route.fallbacks), 1)
-        self.assertIn("held back", next(iter(route.fallbacks)))
+        self.assertIn("built without e4m3 over paged K/V", next(iter(route.fallbacks)))
         self.assertIs(fa3_kvcache.calls[0]["k_descale"], scale)
 
 if __name__ == "__main__":

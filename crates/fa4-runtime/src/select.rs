@@ -520,9 +520,8 @@ impl KernelCache {
                 "this cache has no e4m3 kernel at this head dim: fa4-gen serves e4m3 at d64, \
                  d128, d256 and 192/128 (`fa4-gen build-cache --head-dim ...` builds them)"
             } else if q.dtype.is_fp8() && q.features.paged_kv {
-                "e4m3 over paged K/V is held back from the shipped cache (correct on a GPU, not yet \
-                 as fast as packed K/V): pass the keys packed with cu_seqlens_k, or build a cache \
-                 with them with `fa4-gen build-cache --held-back`"
+                "this cache was built without e4m3 over paged K/V: `fa4-gen build-cache \
+                 --features paged` builds it (or pass the keys packed with cu_seqlens_k)"
             } else {
                 "build it with `fa4-gen build-cache --features all`"
             },

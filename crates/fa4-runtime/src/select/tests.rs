@@ -389,9 +389,9 @@ fn e4m3_problems_without_e4m3_kernels_are_named() {
         .unwrap_err();
     assert!(
         e.to_string().contains(
-            "e4m3 causal mask with features paged is not in this cache for sm90 d128; e4m3 over \
-             paged K/V is held back from the shipped cache (correct on a GPU, not yet as fast as \
-             packed K/V)"
+            "e4m3 causal mask with features paged is not in this cache for sm90 d128; this cache \
+             was built without e4m3 over paged K/V: `fa4-gen build-cache --features paged` \
+             builds it"
         ),
         "{e}"
     );
