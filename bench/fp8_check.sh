@@ -11,10 +11,8 @@
 #                                   # defaults' first (FEATURES=paged,sinks+paged narrows
 #                                   # the specs)
 #
-# Every mask, sinks, softcap and pages: e4m3 over paged K/V, soft-capped e4m3 and e4m3 at
-# 192/128, built but held back from the shipped cache, are verified here (and checked
-# through Python from a --held-back cache). HEAD_DIMS narrows the head dims as FEATURES
-# the features.
+# Every mask, sinks, softcap and pages, and e4m3 at 192/128, are verified here and checked
+# through Python. HEAD_DIMS narrows the head dims as FEATURES the features.
 # run: every e4m3 kernel compiled on the host; `verify` of the defaults; a cache with them
 # (`build-cache`) checked through Python (`fa4gen.check`); the FP8 grid beside cuDNN's
 # FP8 SDPA and our bf16 kernels (bench/peers_fp8.py); then `verify` and `bench` of every
@@ -56,11 +54,11 @@ begin() {
     PY="env PYTHONPATH=$PWD/python:/tmp/site FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
 }
 
-# A cache of the e4m3 kernels from the export $1 (with the held-back paged ones), checked
+# A cache of the e4m3 kernels from the export $1 (paged ones included), checked
 # through Python; then the model layers over a paged e4m3 cache as vLLM calls them.
 pycheck() {
     step cache 50 "$B" build-cache --arch sm90 --head-dim 64,128,256,192 \
-        --features none,sinks,paged,sinks+paged,softcap,sinks+softcap --held-back --tuning-db "$1" --out /tmp/gen -q
+        --features none,sinks,paged,sinks+paged,softcap,sinks+softcap --tuning-db "$1" --out /tmp/gen -q
     step pycheck 30 $PY python3 -m fa4gen.check --cases fp8 --head-dims 64,128,256 --json "$R/pycheck.json"
     step fp8-layers 40 $PY python3 bench/fp8_layers.py --out "$R" --cache /tmp/gen
 }

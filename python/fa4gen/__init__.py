@@ -593,8 +593,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     FlashAttention-2 without dropout: out, the LSE and None). The call is asynchronous on
     the current stream; cu_seqlens values are not read on the host.
 
-    FP8: q, k and v in torch.float8_e4m3fn (all three; with ``block_table`` only from a
-    cache built with the held-back paged e4m3 kernels, until they run as fast as packed) with
+    FP8: q, k and v in torch.float8_e4m3fn (all three, with or without ``block_table``) with
     FlashAttention-3's ``q_descale``, ``k_descale``, ``v_descale``: f32 [batch, heads_kv]
     (batch = the number of sequences; any strides; None: 1.0), the dequantised input
     being e4m3 value x descale of its sequence and KV head. out is then bf16, the LSE f32.
@@ -737,9 +736,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
     SM margin) raise NotImplementedError naming them.
 
     FP8 (e4m3 q and caches, ``q/k/v_descale`` as in ``flash_attn_varlen_func``) over dense
-    caches; over an e4m3 ``page_table`` or ``cache_batch_idx`` (SGLang's FP8 KV cache) only
-    from a cache built with ``build-cache --held-back`` (paged e4m3 kernels are correct on a
-    GPU but not yet as fast as packed K/V): the shipped cache raises Fa4genError naming that, which
+    caches and over an e4m3 ``page_table`` or ``cache_batch_idx`` (SGLang's FP8 KV cache); a
+    cache built without the paged e4m3 kernels raises Fa4genError naming that, which
     ``fa4gen.routed`` hands to its fallback.
     """
     import torch
