@@ -6,13 +6,16 @@
 #                                    # into .device/
 #   bash bench/paged_check.sh run    # on the GPU host, carrying .device; results in $OUT/r
 #
-# run: `verify` of every paged default (bf16, fp16 and e4m3; d64 and d128; unmasked, causal
-# and local; with and without sinks and softcap), each on the standard cases; a cache of
-# d64 and d128 with every feature built from the export and checked through Python
-# (`fa4gen.check`: the paged cases among the rest); the serving mixes with K/V packed and
-# through pages of 16 (`bench --serving all --features none,paged --db`); the model layers
-# over an FP8 cache in pages of 16 as vLLM calls FlashAttention-3 (`bench/fp8_layers.py`).
-# The first step after a change of the paged defaults or of the producer's page gather.
+# run: `verify` of every paged default (bf16 and fp16 at every head dim, e4m3 at its four;
+# unmasked, causal and local; with and without sinks and softcap), each on the standard
+# cases (pages of 1, 16, 32, 64, 128 and 256: the page boxes and the copies); a cache of
+# d64 and d128 with every feature, held-back specs included, built from the export and
+# checked through Python (`fa4gen.check`: the paged cases among the rest); the serving
+# mixes with K/V packed and through pages of 16 (`bench --serving all --features
+# none,paged --db`); the model layers over an FP8 cache in pages of 16 as vLLM calls
+# FlashAttention-3 (`bench/fp8_layers.py`). The first step after a change of the paged
+# defaults or of the producer's page loads; what it passes may then be served
+# (space/hopper.rs: VERIFIED_PAGED_HEAD_DIMS and the FP8 pages' hold).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,8 +27,9 @@ prepare() {
     du -sh .device
 }
 
-PAGED=(--arch sm90 --template hopper --dtype bf16,fp16,e4m3 --head-dim 64,128
-    --features paged,sinks+paged,softcap+paged,sinks+softcap+paged)
+FEATURES=(--features paged,sinks+paged,softcap+paged,sinks+softcap+paged)
+PAGED16=(--arch sm90 --template hopper --dtype bf16,fp16 --head-dim 64,96,128,192/128,256 "${FEATURES[@]}")
+PAGED8=(--arch sm90 --template hopper --dtype e4m3 --head-dim 64,128,192/128,256 "${FEATURES[@]}")
 
 run() {
     set +e
@@ -37,9 +41,11 @@ run() {
     nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > "$R/gpu.csv" 2>&1
     xz -dc .device/sm90.json.xz > /tmp/sm90.json
     "$B" db import /tmp/sm90.json --db /tmp/db.sled -q > "$R/import.log" 2>&1
-    step compile 40 "$B" compile "${PAGED[@]}" --default-only --out /tmp/build -q
-    step verify-paged 60 "$B" verify "${PAGED[@]}" --build-dir /tmp/build -q --json "$R/verify-paged.json"
-    step cache 60 "$B" build-cache --arch sm90 --head-dim 64,128 --features all \
+    step compile 40 "$B" compile "${PAGED16[@]}" --default-only --out /tmp/build -q
+    step compile-e4m3 40 "$B" compile "${PAGED8[@]}" --default-only --out /tmp/build -q
+    step verify-paged 60 "$B" verify "${PAGED16[@]}" --build-dir /tmp/build -q --json "$R/verify-paged.json"
+    step verify-paged-e4m3 60 "$B" verify "${PAGED8[@]}" --build-dir /tmp/build -q --json "$R/verify-paged-e4m3.json"
+    step cache 60 "$B" build-cache --arch sm90 --head-dim 64,128 --features all --held-back \
         --tuning-db /tmp/sm90.json --out /tmp/gen -q
     local py="env PYTHONPATH=$PWD/python FA4GEN_LIB=$PWD/.device/libfa4_runtime.so FA4GEN_CACHE=/tmp/gen"
     step pycheck 40 $py python3 -m fa4gen.check --head-dims 64,128 --json "$R/pycheck.json"

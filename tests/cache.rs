@@ -654,7 +654,9 @@ fn a_partial_build_keeps_the_other_entries_of_the_manifest() {
 
 /// FP8 is in the shipped cache (its holds lifted once its defaults passed `verify` on a
 /// GPU): sm90's Hopper template alone, whatever the arch list; d64, d128, d256 and
-/// DeepSeek's 192/128, every mask, with and without sinks, softcap and pages.
+/// DeepSeek's 192/128, every mask, with and without sinks and softcap; over pages at d64
+/// and d128 without softcap, the page boxes that passed `verify` (the rest of FP8 over
+/// pages is built by `--held-back` alone).
 #[test]
 fn fp8_kernels_are_shipped_for_sm90_alone() {
     let archs = [Arch::Sm80, Arch::Sm90];
@@ -663,30 +665,38 @@ fn fp8_kernels_are_shipped_for_sm90_alone() {
         .iter()
         .filter(|(_, s)| s.dtype == Dtype::E4m3)
         .collect();
-    // 4 head dims x causal, local and unmasked x sinks, softcap and pages each on or off
-    assert_eq!(fp8.len(), 4 * 3 * 8, "{fp8:?}");
+    // Packed: 4 head dims x causal, local and unmasked x sinks and softcap each on or off;
+    // over pages: d64 and d128 x the three masks x sinks on or off.
+    assert_eq!(fp8.len(), 4 * 3 * 4 + 2 * 3 * 2, "{fp8:?}");
     assert!(fp8.iter().all(|(t, s)| *t == Template::Hopper
         && s.arch == Arch::Sm90
         && fa4_gen::space::held_back_template(s).is_none()));
-    assert_eq!(fp8.iter().filter(|(_, s)| s.features.sinks).count(), 48);
-    assert_eq!(fp8.iter().filter(|(_, s)| s.features.softcap).count(), 48);
-    assert_eq!(fp8.iter().filter(|(_, s)| s.features.paged_kv).count(), 48);
+    assert_eq!(fp8.iter().filter(|(_, s)| s.features.sinks).count(), 24 + 6);
+    assert_eq!(fp8.iter().filter(|(_, s)| s.features.softcap).count(), 24);
+    let paged: Vec<_> = fp8.iter().filter(|(_, s)| s.features.paged_kv).collect();
+    assert_eq!(paged.len(), 12);
+    assert!(paged
+        .iter()
+        .all(|(_, s)| matches!(s.head_dim, 64 | 128) && !s.features.softcap));
     assert_eq!(
         fp8.iter()
             .filter(|(_, s)| (s.head_dim, s.head_dim_v) == (192, 128))
             .count(),
-        24
+        12
     );
     assert_eq!(
         fp8.iter()
             .filter(|(_, s)| s.mask == MaskKind::Local)
             .count(),
-        32
+        20
     );
-    // Nothing of FP8 is held back now: a `--held-back` build adds no e4m3 spec.
+    // Of FP8, a `--held-back` build adds the rest over pages alone: soft-capped, and at
+    // d256 and 192/128.
     let with_held_back = cache::specs(&archs, &[], &Features::ALL, true).unwrap();
-    assert!(with_held_back
+    let added: Vec<_> = with_held_back
         .iter()
-        .filter(|x| !shipped.contains(x))
-        .all(|(_, s)| s.dtype != Dtype::E4m3));
+        .filter(|x| !shipped.contains(x) && x.1.dtype == Dtype::E4m3)
+        .collect();
+    assert_eq!(added.len(), 48 - 12, "{added:?}");
+    assert!(added.iter().all(|(_, s)| s.features.paged_kv));
 }

@@ -1044,9 +1044,15 @@ fn explain_describes_the_schedule_of_the_kernel_it_picks() {
         if let Some(words) = capped {
             assert!(schedule.contains(&words), "{text}");
         }
-        // Paged K/V are gathered row by row: never by TMA.
+        // Paged K/V: the warp-specialised producer's boxes over the page pools, else
+        // gathered row by row; Q never by TMA.
         if args.contains(&"paged") {
-            assert!(!schedule.contains("TMA"), "{text}");
+            assert!(!schedule.contains("Q/K/V by TMA"), "{text}");
+            assert_eq!(
+                schedule.contains("K/V by TMA through the pages"),
+                schedule.starts_with("warp-specialised"),
+                "{text}"
+            );
         }
         // DeepSeek's pair is the Hopper template's, tuned on the H200.
         if args.contains(&"192/128") {

@@ -50,7 +50,7 @@ pub struct BuildCacheArgs {
     #[arg(long = "borrow-sinks")]
     pub borrow_sinks: bool,
     /// Also build the kernels the shipped cache holds back until every default has passed
-    /// `fa4-gen verify` on a GPU (now: e4m3 over paged K/V, soft-capped, and at 192/128): a cache to check them with
+    /// `fa4-gen verify` on a GPU (now: e4m3 over paged K/V with softcap or at d256 and 192/128, whose page boxes are unverified): a cache to check them with
     /// (`python3 -m fa4gen.check`), not to serve
     #[arg(long = "held-back")]
     pub held_back: bool,
@@ -233,7 +233,7 @@ pub(super) fn build_cache(a: BuildCacheArgs, quiet: bool) -> CliResult {
 
 /// How a kernel runs, in words: its warps' roles, how it loads and how its grid covers
 /// the work tiles.
-fn schedule(config: &TileConfig, fp: &Footprint) -> String {
+fn schedule(config: &TileConfig, fp: &Footprint, paged: bool) -> String {
     let warpgroups = fp.threads / 128;
     let warp_specialised = config.switch(switches::WARP_SPECIALIZED, 0) == 1;
     let mut parts = vec![if warp_specialised {
@@ -274,6 +274,9 @@ fn schedule(config: &TileConfig, fp: &Footprint) -> String {
     parts.push(match (fp.tma_rows, warp_specialised) {
         (0, true) => "Q/K/V by the producer's cp.async".to_string(),
         (0, false) => "Q/K/V by cp.async".to_string(),
+        (keys, _) if paged => format!(
+            "K/V by TMA through the pages ({keys} keys per tile, a box per page), Q by cp.async"
+        ),
         (keys, _) => format!("Q/K/V by TMA ({keys} keys per tile)"),
     });
     parts.push(if fp.persistent_per_sm > 0 {
@@ -440,7 +443,10 @@ pub(super) fn explain(a: ExplainArgs) -> CliResult {
         k.footprint.smem_bytes,
         k.registers
     );
-    println!("schedule  {}", schedule(&k.config, &k.footprint));
+    println!(
+        "schedule  {}",
+        schedule(&k.config, &k.footprint, k.spec.features.paged_kv)
+    );
     println!("cubin     {}", a.cache.join(&k.cubin).display());
     println!("varlen    {varlen}");
     println!("why       {why}");

@@ -20,7 +20,9 @@ pub struct TmaFwdParams {
     /// workspace and the tiles whose keys the blocks share, 0 for none (`split_tail`).
     pub split_workspace: u64,
     pub split_tail: i32,
-    split_reserved: i32,
+    /// Paged kernels: the rows of the K and V maps' boxes over the page pool
+    /// ([`page_box_rows`]), 0 where the pages fit no box (every tile by copies).
+    pub page_box_rows: i32,
     pub q_map: [u64; 16],
     pub k_map: [u64; 16],
     pub v_map: [u64; 16],
@@ -63,6 +65,28 @@ const _: () = assert!(std::mem::offset_of!(Fp8TmaFwdParams, descale) == 768);
 /// Rows of Q (and O) per box: one consumer warpgroup's.
 const Q_BOX_ROWS: u32 = 64;
 
+/// The page count a map over the page pool is bounded by: the table's i32 page ids
+/// reach no further, and the kernels read only pages the table names.
+const PAGES_BOUND: u64 = i32::MAX as u64;
+
+/// The rows of a TMA box over pages of `page_size` keys for key tiles of `block_n`: the
+/// tile's rows of one page where pages hold whole tiles, else one whole page where a tile
+/// holds whole pages of whole 128-byte swizzle atoms (8 rows), so that every box lands on
+/// an atom. None: the kernel gathers every tile by copies (pages of fewer than 8 keys, or
+/// sizes that cut a tile's rows across pages).
+pub fn page_box_rows(page_size: i32, block_n: u32) -> Option<u32> {
+    let page = u32::try_from(page_size).ok().filter(|&p| p > 0)?;
+    if block_n == 0 {
+        None
+    } else if page % block_n == 0 {
+        Some(block_n)
+    } else if block_n % page == 0 && page % 8 == 0 {
+        Some(page)
+    } else {
+        None
+    }
+}
+
 /// One map's arguments to `cuTensorMapEncodeTiled`: a tensor of rank 4, innermost
 /// dimension first ([columns, rows, heads, batches]), strides in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,18 +106,41 @@ impl TmaFwdParams {
     /// boxes inside a sequence by TMA (the Q and O rows and the key tile past a
     /// sequence's end go by cp.async and plain stores), so the row bound never clips a
     /// copy and none leaves the tensors.
+    ///
+    /// Paged kernels (K/V through a page table, Q by copies, O by stores) get maps over
+    /// the page pool for K and V alone, in boxes of [`page_box_rows`], or no maps where
+    /// the pages fit no box or the driver declines the pool's layout: their kernels then
+    /// gather every tile by copies, as they did before they had maps.
     pub fn encode(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> Result<Self, CUresult> {
+        if spec.features.paged_kv {
+            return Ok(Self::over_pages(spec, params, box_rows));
+        }
         let [q, k, v, o] = map_layouts(spec, params, box_rows);
         Ok(TmaFwdParams {
             fwd: *params,
             split_workspace: 0,
             split_tail: 0,
-            split_reserved: 0,
+            page_box_rows: 0,
             q_map: encode_map(&q)?,
             k_map: encode_map(&k)?,
             v_map: encode_map(&v)?,
             o_map: encode_map(&o)?,
         })
+    }
+
+    /// A paged kernel's block: the maps over the page pool for K and V where they encode.
+    fn over_pages(spec: &KernelSpec, params: &FwdParams, block_n: u32) -> Self {
+        let mut arg = Self::without_maps(params);
+        let Some(rows) = page_box_rows(params.page_size, block_n) else {
+            return arg;
+        };
+        let [k, v] = page_map_layouts(spec, params, rows);
+        if let (Ok(k_map), Ok(v_map)) = (encode_map(&k), encode_map(&v)) {
+            arg.k_map = k_map;
+            arg.v_map = v_map;
+            arg.page_box_rows = rows as i32;
+        }
+        arg
     }
 
     /// The block of a kernel that loads and stores nothing by TMA: `params` and zeroed
@@ -103,7 +150,7 @@ impl TmaFwdParams {
             fwd: *params,
             split_workspace: 0,
             split_tail: 0,
-            split_reserved: 0,
+            page_box_rows: 0,
             q_map: [0; 16],
             k_map: [0; 16],
             v_map: [0; 16],
@@ -130,7 +177,8 @@ impl TmaFwdParams {
 impl Fp8TmaFwdParams {
     /// The TMA block over `params` (what an e4m3 kernel reads: `kernel_params`), and the
     /// descales. Every e4m3 kernel takes this block; one that loads no key tile by TMA
-    /// (`box_rows` 0: paged K/V, gathered by copies) reads no map, and gets none.
+    /// (`box_rows` 0: a paged kernel of a cache built before paged kernels had maps)
+    /// reads no map, and gets none.
     pub fn encode(
         spec: &KernelSpec,
         params: &FwdParams,
@@ -259,6 +307,37 @@ fn map_layouts(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> [MapLayo
         k.layout(input, dims_kv, box_rows),
         v.layout(input, dims_kv, box_rows),
         o.layout(output, dims_q, Q_BOX_ROWS),
+    ]
+}
+
+/// The maps over K's and V's page pools for a paged kernel (FlashAttention's
+/// `(num_pages, page_size, heads_kv, head_dim)` caches, any strides): [columns, a page's
+/// rows, heads, pages], the page stride being the batch stride `kernel_params` passes
+/// paged kernels, in boxes of `box_rows` rows of one page.
+fn page_map_layouts(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> [MapLayout; 2] {
+    let (input, per_column) = map_data(spec.dtype);
+    let dims = (
+        params.page_size.max(1) as u64,
+        params.heads_kv.max(1) as u64,
+        PAGES_BOUND,
+    );
+    let k = Tensor {
+        ptr: params.k,
+        columns: spec.head_dim / per_column,
+        row_stride: params.k_row_stride,
+        head_stride: params.k_head_stride,
+        batch_stride: params.k_batch_stride,
+    };
+    let v = Tensor {
+        ptr: params.v,
+        columns: spec.head_dim_v / per_column,
+        row_stride: params.v_row_stride,
+        head_stride: params.v_head_stride,
+        batch_stride: params.v_batch_stride,
+    };
+    [
+        k.layout(input, dims, box_rows),
+        v.layout(input, dims, box_rows),
     ]
 }
 

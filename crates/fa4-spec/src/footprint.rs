@@ -30,9 +30,10 @@ pub struct Footprint {
     /// batch`.
     #[serde(default)]
     pub pack_gqa: bool,
-    /// Kernels that load by TMA: the key rows of one K/V box (block_n), which the host
+    /// Kernels that load by TMA: the key rows of one K/V tile (block_n), which the host
     /// encodes into the tensor maps over Q, K and V it passes with the arguments
-    /// (the runtime's `TmaFwdParams`); 0 for kernels that take `FwdParams` alone.
+    /// (the runtime's `TmaFwdParams`; paged kernels: maps over the page pool for K and V,
+    /// in boxes of a page's rows); 0 for kernels that take `FwdParams` alone.
     #[serde(default)]
     pub tma_rows: u32,
     /// Persistent kernels: blocks per SM of a grid that strides over the work tiles

@@ -37,6 +37,13 @@ fn smem_and_shapes_follow_the_traits() {
     assert!(check(&d256, &default_config(&d256)).is_ok());
 }
 
+/// What `render_values` hands the template under `key` for a kept config.
+fn value(spec: &KernelSpec, c: &TileConfig, key: &str) -> Value {
+    let fp = check(spec, c).unwrap();
+    let values = render_values(spec, c, &fp);
+    values.iter().find(|(k, _)| *k == key).unwrap().1.clone()
+}
+
 #[test]
 fn warp_specialized_configs_add_a_producer_and_move_its_registers() {
     let spec = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 128, MaskKind::Causal);
@@ -61,10 +68,13 @@ fn warp_specialized_configs_add_a_producer_and_move_its_registers() {
         }
     );
     assert!(split.producer * 128 + split.consumer * 256 <= split.launch * 384);
-    // Paged K/V: the producer gathers by cp.async (no TMA) and keeps more registers.
+    // Paged K/V: whole tiles by TMA through the pages where they fit a box, the rest by
+    // the producer's cp.async, for which it keeps more registers.
     let mut paged = spec;
     paged.features.paged_kv = true;
-    assert_eq!(check(&paged, &c).unwrap().tma_rows, 0);
+    assert_eq!(check(&paged, &c).unwrap().tma_rows, c.block_n);
+    assert_eq!(value(&paged, &c, "tma"), json!(false));
+    assert_eq!(value(&paged, &c, "tma_args"), json!(true));
     assert_eq!(register_split(&paged, &c).producer, 56);
     // Three consumers: 512 threads at 128 registers, 32 + 3 x 160 after the move.
     let d64 = KernelSpec::new(Arch::Sm90, Dtype::Bf16, 64, MaskKind::None);
@@ -390,11 +400,6 @@ fn mufu_turns_take_pingpong_tiles_of_masked_specs() {
     };
     let mut persistent_tile = ws_config(2, 128, 1, 1, 0);
     persistent_tile.switches.insert(PERSISTENT.to_string(), 1);
-    let value = |spec: &KernelSpec, c: &TileConfig, key: &str| {
-        let fp = check(spec, c).unwrap();
-        let values = render_values(spec, c, &fp);
-        values.iter().find(|(k, _)| *k == key).unwrap().1.clone()
-    };
     // Pingpong's, and one word of shared memory more.
     let mufu = with(persistent_tile.clone(), MUFU_TURNS);
     assert_eq!(value(&spec, &mufu, "mufu_turns"), json!(true));
@@ -459,8 +464,11 @@ fn defaults_take_the_warp_specialized_schedule_where_it_led() {
         persistent(&local),
         "d128 windows: a persistent single consumer, two blocks per SM"
     );
-    // Pages stay with the stage-1 schedule, whose every warp shares the lookups.
-    assert!(!ws(128, MaskKind::Causal, true).0);
+    // Pages take three consumers over 64 keys, the tuner's pick over pages; windows
+    // over pages stay with the stage-1 schedule.
+    assert_eq!(ws(128, MaskKind::Causal, true), (true, 192, 64));
+    assert_eq!(ws(64, MaskKind::None, true), (true, 192, 64));
+    assert!(!ws(128, MaskKind::Local, true).0);
     assert!(!ws(64, MaskKind::Local, false).0);
 }
 
@@ -940,20 +948,30 @@ fn fp8_softcap_is_built_on_the_causal_tiles_and_served() {
 }
 
 #[test]
-fn fp8_over_pages_is_built_by_copies_and_served() {
+fn fp8_over_pages_is_built_by_page_boxes_and_served_where_verified() {
     for d in [64, 128, 256] {
-        for features in ["paged", "sinks+paged"] {
+        for features in ["paged", "sinks+paged", "softcap+paged"] {
             let spec = KernelSpec {
                 features: features.parse().unwrap(),
                 ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, d, MaskKind::Causal)
             };
             assert!(Template::Hopper.supports(&spec), "d{d} {features}");
-            // verified on a GPU (every default) and faster than bf16 over pages: served
-            assert!(!super::super::awaits_verify(&spec));
-            assert!(Template::Hopper.serves(&spec) && !Template::Portable.serves(&spec));
-            assert_eq!(super::super::held_back_template(&spec), None);
-            // Every kept tile is warp-specialised, loads by copies (no TMA over pages),
-            // and keeps FP8's rules: whole k32 steps, two or more stages.
+            // Served where the page boxes passed `verify` on a GPU (d64 and d128 without
+            // softcap), built and held back elsewhere.
+            let verified = d <= 128 && !spec.features.softcap;
+            assert_eq!(
+                super::super::awaits_verify(&spec),
+                !verified,
+                "d{d} {features}"
+            );
+            assert_eq!(Template::Hopper.serves(&spec), verified, "d{d} {features}");
+            assert!(!Template::Portable.serves(&spec));
+            if verified {
+                assert_eq!(super::super::held_back_template(&spec), None);
+            }
+            // Every kept tile is warp-specialised, loads by boxes over the page pools (the
+            // launcher's maps, not the strided tensors'), and keeps FP8's rules: whole
+            // k32 steps, two or more stages.
             let kept: Vec<_> = candidates(&spec)
                 .into_iter()
                 .filter(|c| check(&spec, c).is_ok())
@@ -961,6 +979,7 @@ fn fp8_over_pages_is_built_by_copies_and_served() {
             assert!(!kept.is_empty(), "d{d} {features}");
             for c in &kept {
                 assert!(warp_specialized(c) && !tma(&spec, c), "{}", c.tag());
+                assert_eq!(check(&spec, c).unwrap().tma_rows, c.block_n, "{}", c.tag());
                 assert!(c.block_n % 32 == 0 && c.stages >= 2, "{}", c.tag());
             }
             assert!(check(&spec, &default_config(&spec)).is_ok());

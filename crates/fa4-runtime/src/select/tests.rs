@@ -397,6 +397,17 @@ fn e4m3_problems_without_e4m3_kernels_are_named() {
     );
     let e = cache
         .select(&Query {
+            features: "softcap+paged".parse().unwrap(),
+            ..e4m3(query(128, 512))
+        })
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("held back until its page loads pass a GPU verify: pass the keys packed"),
+        "{e}"
+    );
+    let e = cache
+        .select(&Query {
             mask: MaskKind::Local,
             window: (128, 0),
             ..e4m3(query(128, 512))

@@ -16,6 +16,7 @@ fn argument_blocks_are_laid_out_as_tma_cuh_reads_them() {
     );
     assert_eq!(offset_of!(TmaFwdParams, split_workspace), 240);
     assert_eq!(offset_of!(TmaFwdParams, split_tail), 248);
+    assert_eq!(offset_of!(TmaFwdParams, page_box_rows), 252);
     assert_eq!(
         (size_of::<Fp8TmaFwdParams>(), align_of::<Fp8TmaFwdParams>()),
         (832, 64)
@@ -138,16 +139,24 @@ fn a_packed_batch_is_one_batch_of_rows() {
     assert_eq!(q.strides[2], q.strides[0]);
 }
 
-/// A paged e4m3 kernel gathers K/V by copies and reads no map: its block carries the
-/// parameters and the descales with the maps zeroed, and encoding it asks the driver for
-/// nothing (this test runs without one).
+/// A paged e4m3 kernel whose pages fit no box (pages of one key here; a kernel of a cache
+/// built before paged kernels had maps, `box_rows` 0) gathers K/V by copies and reads no
+/// map: its block carries the parameters and the descales with the maps zeroed and no
+/// page boxes, and encoding it asks the driver for nothing (this test runs without one).
 #[test]
 fn a_paged_e4m3_kernel_gets_its_parameters_and_descales_without_maps() {
     let spec = KernelSpec {
         features: "paged".parse().unwrap(),
         ..KernelSpec::new(Arch::Sm90, Dtype::E4m3, 128, MaskKind::Causal)
     };
-    let params = kernel_params(spec.dtype, &dense(128, 0)).unwrap();
+    let params = kernel_params(
+        spec.dtype,
+        &FwdParams {
+            page_size: 1,
+            ..dense(128, 0)
+        },
+    )
+    .unwrap();
     let descale = Descales {
         q: 0x50000,
         k: 0x60000,
@@ -155,16 +164,105 @@ fn a_paged_e4m3_kernel_gets_its_parameters_and_descales_without_maps() {
         batch_stride: 2,
         head_stride: 1,
     };
-    let block = Fp8TmaFwdParams::encode(&spec, &params, 0, descale).unwrap();
-    assert_eq!(block.tma.fwd, params);
-    assert_eq!(block.descale, descale);
-    assert_eq!((block.tma.split_workspace, block.tma.split_tail), (0, 0));
-    for map in [
-        block.tma.q_map,
-        block.tma.k_map,
-        block.tma.v_map,
-        block.tma.o_map,
+    for box_rows in [0, 128] {
+        let block = Fp8TmaFwdParams::encode(&spec, &params, box_rows, descale).unwrap();
+        assert_eq!(block.tma.fwd, params);
+        assert_eq!(block.descale, descale);
+        assert_eq!(
+            (
+                block.tma.split_workspace,
+                block.tma.split_tail,
+                block.tma.page_box_rows
+            ),
+            (0, 0, 0)
+        );
+        for map in [
+            block.tma.q_map,
+            block.tma.k_map,
+            block.tma.v_map,
+            block.tma.o_map,
+        ] {
+            assert_eq!(map, [0; 16]);
+        }
+    }
+}
+
+/// A box over pages never crosses a page and lands on whole swizzle atoms: a tile's
+/// slice of a page that holds whole tiles, a whole page of a tile that holds whole pages
+/// of 8 rows or more, else none (copies).
+#[test]
+fn page_boxes_are_a_page_or_a_tile_and_never_cross_a_page() {
+    // vLLM's 16-key blocks, SGLang's pages of 1, FA3's 256-key pages, sizes between
+    for (page, block_n, rows) in [
+        (16, 64, Some(16)),
+        (16, 128, Some(16)),
+        (16, 176, Some(16)),
+        (32, 64, Some(32)),
+        (8, 128, Some(8)),
+        (64, 64, Some(64)),
+        (256, 64, Some(64)),
+        (256, 128, Some(128)),
+        (256, 192, None),
+        (128, 192, None),
+        (1, 128, None),
+        (4, 64, None),
+        (24, 64, None),
+        (48, 96, Some(48)),
+        (40, 80, Some(40)),
+        (0, 64, None),
+        (-16, 64, None),
     ] {
-        assert_eq!(map, [0; 16]);
+        assert_eq!(
+            page_box_rows(page, block_n),
+            rows,
+            "pages of {page}, tiles of {block_n}"
+        );
+        if let Some(r) = rows {
+            assert_eq!(block_n % r, 0);
+            assert_eq!(page as u32 % r, 0);
+            assert_eq!(r % 8, 0);
+            assert!(block_n / r <= 32, "one lane of the first warp per box");
+        }
+    }
+}
+
+/// The maps over a paged cache: FlashAttention's (num_pages, page_size, heads_kv, d) with
+/// any strides, as [columns, a page's rows, heads, pages] in boxes of the page rows; e4m3
+/// as 16-bit pairs, the pages bounded by what an i32 page id reaches.
+#[test]
+fn paged_caches_are_mapped_page_by_page() {
+    let (page, hkv, d, pad) = (16i64, 2i64, 128i64, 64i64);
+    let caller = FwdParams {
+        k_row_stride: hkv * d + pad,
+        k_head_stride: d,
+        k_batch_stride: page * (hkv * d + pad),
+        v_row_stride: hkv * d,
+        v_head_stride: d,
+        v_batch_stride: page * hkv * d + 512,
+        page_table: 0x80000,
+        page_table_batch_stride: 40,
+        page_size: page as i32,
+        ..dense(d, 0)
+    };
+    for (dtype, data_type, per_column, bytes) in
+        [(Dtype::Bf16, BF16, 1, 2), (Dtype::E4m3, U16, 2, 1)]
+    {
+        let spec = KernelSpec {
+            features: "paged".parse().unwrap(),
+            ..KernelSpec::new(Arch::Sm90, dtype, d as u32, MaskKind::Causal)
+        };
+        let params = kernel_params(dtype, &caller).unwrap();
+        let [k, v] = page_map_layouts(&spec, &params, 16);
+        assert_eq!((k.data_type, k.ptr, v.ptr), (data_type, 0x20000, 0x30000));
+        let columns = (d / per_column) as u64;
+        assert_eq!(k.dims, [columns, 16, 2, PAGES_BOUND]);
+        assert_eq!(v.dims, k.dims);
+        let b = |elements: i64| (elements * bytes) as u64;
+        assert_eq!(
+            k.strides,
+            [b(hkv * d + pad), b(d), b(page * (hkv * d + pad))]
+        );
+        assert_eq!(v.strides, [b(hkv * d), b(d), b(page * hkv * d + 512)]);
+        assert_eq!(k.boxes, [64, 16, 1, 1]);
     }
 }

@@ -68,9 +68,15 @@ struct PageTable {
     const int* pages;
     int page_size;
 
+    // The page that holds `key` and its row there.
+    struct Row {
+        int page, row;
+    };
+    __device__ __forceinline__ Row locate(int key) const { return {pages[key / page_size], key % page_size}; }
+
     __device__ __forceinline__ i64 row_offset(int key, i64 page_stride, i64 row_stride) const {
-        const int page = pages[key / page_size];
-        return i64(page) * page_stride + i64(key % page_size) * row_stride;
+        const Row at = locate(key);
+        return i64(at.page) * page_stride + i64(at.row) * row_stride;
     }
 };
 

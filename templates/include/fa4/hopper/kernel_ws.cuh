@@ -293,7 +293,7 @@ __device__ __forceinline__ void forward_warp_specialized(const FwdParams& params
     // ---- producer (producer.cuh) ----------------------------------------------------------
     if (warpgroup == 0) {
         const typename Parts::Producer producer{params, smem, qo, tid, kGroup};
-        producer.run(sched, first_work, maps, cluster_rank_m);
+        producer.run(sched, first_work, maps, cluster_rank_m, split.page_box_rows);
         return;
     }
 

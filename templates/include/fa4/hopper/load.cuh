@@ -56,13 +56,8 @@ template <int kBlockN, int kThreads>
 __device__ __forceinline__ void producer_find_pages(u32 page_rows, const PageTable& pages, int key_begin, int valid,
                                                     int tid) {
     for (int r = tid; r < kBlockN; r += kThreads) {
-        int page = 0, row = 0;
-        if (r < valid) {
-            const int key = key_begin + r;
-            page = pages.pages[key / pages.page_size];
-            row = key % pages.page_size;
-        }
-        asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(page_rows + 8 * r), "r"(page), "r"(row) : "memory");
+        const PageTable::Row at = r < valid ? pages.locate(key_begin + r) : PageTable::Row{0, 0};
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(page_rows + 8 * r), "r"(at.page), "r"(at.row) : "memory");
     }
 }
 

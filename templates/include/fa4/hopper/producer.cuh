@@ -4,9 +4,12 @@
 //
 // Whole tiles of a strided K/V go by TMA, one thread issuing (with kClusterM > 1 each
 // block of the cluster loads a share of every tile's 64-column boxes and multicasts it
-// into all of them); the first tile when it runs past the keys (its tail zero-filled) and
-// every paged tile go by cp.async, the whole warpgroup copying and the slot's barrier held
-// open until the copies land. Q goes by TMA where QoRows says so, else by cp.async.
+// into all of them). Whole tiles of a paged K/V go by TMA too where the launcher encoded
+// maps over the page pool: a box per page of the tile (or one of a page that holds whole
+// tiles), the first warp's lane b looking up and issuing box b. The first tile when it runs
+// past the keys (its tail zero-filled), and every paged tile where the pages fit no box,
+// go by cp.async, the whole warpgroup copying and the slot's barrier held open until the
+// copies land. Q goes by TMA where QoRows says so, else by cp.async.
 //
 // Each slot has a "full" mbarrier (its bytes landed: the producer's one arrival plus the
 // transfer or the tracked copies) and an "empty" one (every consumer warp, of every block
@@ -63,10 +66,11 @@ struct Producer {
     const int& row_group;  // block rows per query row (pack-GQA)
 
     // Every work tile of the block: `first_work` is a grid of one block per tile's;
-    // `cluster_rank_m` this block's place in its cluster (0 without one).
+    // `cluster_rank_m` this block's place in its cluster (0 without one); `page_box_rows`
+    // the rows of the maps' boxes over pages (SplitArgs), 0 for none.
     template <class Scheduler>
     __device__ __forceinline__ void run(const Scheduler& sched, const WorkTile& first_work, const TmaMaps maps,
-                                        int cluster_rank_m) const {
+                                        int cluster_rank_m, int page_box_rows) const {
         if constexpr (T::kProducerRegs > 0) registers_release<T::kProducerRegs>();
         if constexpr (T::kTma) {
             if (tid == 0) {
@@ -81,14 +85,14 @@ struct Producer {
         for (int round = 0; round < sched.rounds; ++round) {
             const WorkTile w = T::kPersistent ? sched.work_at(round) : first_work;
             if (!w.has_rows() && kCluster == 1) continue;
-            // The other threads wait here for thread 0 to finish the last work tile's
-            // issues: a barrier is never waited on two phases ahead.
-            if constexpr (T::kTma && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
+            // The other threads wait here for the first warp to finish the last work
+            // tile's issues: a barrier is never waited on two phases ahead.
+            if constexpr ((T::kTma || T::kTmaPages) && T::kPersistent) named_barrier_sync(kProducerBarrier, 128);
             // TMA coordinates of the sequence: a packed batch is one batch of all rows.
             const bool packed_k = params.cu_seqlens_k != nullptr;
             load_q(w, q_round, maps);
             ++q_round;
-            load_kv(w, it, packed_k, maps, cluster_rank_m);
+            load_kv(w, it, packed_k, maps, cluster_rank_m, page_box_rows);
             it += w.n_tiles;
         }
         cp_async_wait<0>();
@@ -131,7 +135,7 @@ struct Producer {
 
     // ---- K and V: the tile's key blocks, last first ---------------------------------------
     __device__ __forceinline__ void load_kv(const WorkTile& w, const int& it, bool packed_k, const TmaMaps maps,
-                                           int cluster_rank_m) const {
+                                           int cluster_rank_m, int page_box_rows) const {
         const u16* const k_gmem = static_cast<const u16*>(params.k) + w.seq.k_offset + w.kv_head * params.k_head_stride;
         const u16* const v_gmem = static_cast<const u16*>(params.v) + w.seq.v_offset + w.kv_head * params.v_head_stride;
         const PageTable pages{params.page_table + i64(w.batch) * params.page_table_batch_stride, params.page_size};
@@ -157,8 +161,12 @@ struct Producer {
                 valid, tid);
             copies_issued(T::kIsFp8 ? smem.loaded_v(slot) : smem.full_v(slot));
         };
+        // Whole tiles from pages: the first warp's issues (load_tile_from_pages).
+        auto tile_from_pages = [&](int tile) {
+            if (tid < 32) load_tile_from_pages(w, it, tile, pages, page_box_rows, maps, tid);
+        };
         if constexpr (T::kIsFp8) {
-            load_kv_fp8(w, it, packed_k, maps, copy_tile);
+            load_kv_fp8(w, it, packed_k, maps, page_box_rows, copy_tile, tile_from_pages);
             return;
         }
         if constexpr (T::kTma) {
@@ -183,28 +191,65 @@ struct Producer {
                                                                            row, w.kv_head, batch_coord, cluster_rank_m);
                 }
             }
+        } else if constexpr (T::kTmaPages) {
+            if (page_box_rows == 0) {
+                for (int tile = 0; tile < w.n_tiles; ++tile) copy_tile(tile);
+                return;
+            }
+            if (w.first_by_copy) copy_tile(0);
+            for (int tile = w.first_by_copy ? 1 : 0; tile < w.n_tiles; ++tile) tile_from_pages(tile);
         } else {
             for (int tile = 0; tile < w.n_tiles; ++tile) copy_tile(tile);
         }
     }
 
-    // ---- FP8: K and V by TMA (the first tile by copies where it runs past the keys; every
-    // tile from a paged cache), V transposed by the whole warpgroup --------------------------
-    template <class CopyTile>
-    __device__ __forceinline__ void load_kv_fp8(const WorkTile& w, const int& it, bool packed_k, const TmaMaps maps,
-                                               const CopyTile& copy_tile) const {
-        // From pages every tile goes by copies (first_by_copy holds even with no keys):
-        // a tile of no keys has nothing to load.
-        if constexpr (!T::kTma) {
-            if (w.n_tiles == 0) return;
+    // ---- K and V from pages by TMA: the work tile's key tile `tile` (the block's it + tile),
+    // whole and inside the sequence, by the first warp: lane b looks up the page of box b
+    // (of the tile's kBlockN / box_rows) once and issues its boxes of every 64-column block.
+    // A box is one page (pages shorter than a tile) or the tile's rows of one (pages of
+    // whole tiles), so it never crosses a page. FP8: V lands in the V ring (its "loaded"
+    // barrier), whose slot the warpgroup's last transpose of it freed.
+    __device__ __forceinline__ void load_tile_from_pages(const WorkTile& w, int it, int tile, const PageTable& pages,
+                                                        int box_rows, const TmaMaps maps, int lane) const {
+        const int slot = (it + tile) % kStages;
+        const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;
+        const int key_begin = (w.n_end - 1 - tile) * T::kBlockN;
+        const bool issues = lane < T::kBlockN / box_rows;
+        const PageTable::Row at = issues ? pages.locate(key_begin + lane * box_rows) : PageTable::Row{0, 0};
+        mbarrier_wait(smem.empty_k(slot), free_parity);
+        if (lane == 0) mbarrier_arrive_expect_tx(smem.full_k(slot), T::kSmemK * 2);
+        __syncwarp();
+        if (issues) {
+            tma_load_page_box<T::kQkCols, T::kBlockN>(smem.k_tile(slot), maps.k, smem.full_k(slot), lane, box_rows,
+                                                      at.row, w.kv_head, at.page);
         }
+        const u32 v_full = T::kIsFp8 ? smem.loaded_v(slot) : smem.full_v(slot);
+        if constexpr (!T::kIsFp8) mbarrier_wait(smem.empty_v(slot), free_parity);
+        if (lane == 0) mbarrier_arrive_expect_tx(v_full, T::kSmemV * 2);
+        __syncwarp();
+        if (issues) {
+            tma_load_page_box<T::kVCols, T::kBlockN>(smem.v_tile(slot), maps.v, v_full, lane, box_rows, at.row,
+                                                     w.kv_head, at.page);
+        }
+    }
+
+    // ---- FP8: K and V by TMA (the first tile by copies where it runs past the keys; every
+    // tile from a paged cache whose pages fit no box), V transposed by the whole warpgroup --
+    template <class CopyTile, class TileFromPages>
+    __device__ __forceinline__ void load_kv_fp8(const WorkTile& w, const int& it, bool packed_k, const TmaMaps maps,
+                                               int page_box_rows, const CopyTile& copy_tile,
+                                               const TileFromPages& tile_from_pages) const {
         const int first = w.first_by_copy ? 1 : 0;
         if (w.first_by_copy) copy_tile(0);
         const int row0 = packed_k ? params.cu_seqlens_k[w.batch] : 0;
         const int batch_coord = packed_k ? 0 : w.batch;
         for (int tile = first; tile < w.n_tiles; ++tile) {
-            if constexpr (!T::kTma) {
-                copy_tile(tile);  // paged K/V: every tile by the warpgroup's copies
+            if constexpr (T::kTmaPages) {
+                if (page_box_rows == 0) {
+                    copy_tile(tile);
+                } else {
+                    tile_from_pages(tile);
+                }
             } else if (tid == 0) {
                 const int slot = (it + tile) % kStages;
                 const u32 free_parity = (((it + tile) / kStages) & 1) ^ 1;

@@ -32,7 +32,10 @@ struct WorkTile {
     SeqView seq;
     int batch, head, kv_head, rows, row_begin;
     int query_first, query_last, n_end, n_tiles;
-    bool first_by_copy;  // the first K/V tile runs past the keys: cp.async, zero-filled
+    // The first K/V tile runs past the keys: cp.async, zero-filled. (Paged K/V: a page's
+    // rows past the keys hold whatever the cache left there, and the pages past them are
+    // not in the table.)
+    bool first_by_copy;
 
     // A tile past its sequence's rows has nothing to do (no K/V, no epilogue).
     __device__ bool has_rows() const { return row_begin < rows; }
@@ -100,7 +103,8 @@ struct TileMap {
             w.n_end = ceil_div(w.seq.seqlen_k, T::kBlockN);
             w.n_tiles = w.n_end;
         }
-        w.first_by_copy = !T::kTma || (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
+        w.first_by_copy = !(T::kTma || T::kTmaPages) ||
+                          (w.n_tiles > 0 && w.seq.seqlen_k - (w.n_end - 1) * T::kBlockN < T::kBlockN);
         return w;
     }
 

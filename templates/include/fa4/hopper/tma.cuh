@@ -9,10 +9,12 @@ namespace hopper {
 
 // The split tail of an unmasked persistent grid (schedule.cuh): the caller's workspace
 // (split.cuh) and the tiles whose keys the blocks share (0: none), set by the launcher.
+// Paged K/V: the rows of the K and V maps' boxes over the page pool, 0 where the launcher
+// encoded none (the pages' size fits no box: every tile goes by copies).
 struct SplitArgs {
     void* workspace;
     int tail;
-    int reserved;
+    int page_box_rows;
 };
 
 // An encoded CUtensorMap (opaque to the kernel).
@@ -23,7 +25,9 @@ struct alignas(64) TensorMap {
 // The argument block of kernels that load by TMA: the common parameters, then one map
 // each over Q, K, V and O as [batch, rows, heads, head_dim] (a packed varlen batch is one
 // "batch" of all rows), 128-byte swizzle, boxes of 64 columns x 64 rows (Q, O) or kBlockN
-// rows (K, V). Mirrored by `fa4_gen::gpu::TmaFwdParams` (Rust).
+// rows (K, V). Paged K/V: the K and V maps are [page, rows of a page, heads, head_dim]
+// over the page pool, in boxes of page_box_rows rows (SplitArgs). Mirrored by
+// `fa4_runtime::TmaFwdParams` (Rust).
 struct TmaFwdParams {
     FwdParams fwd;
     SplitArgs split;  // in what was padding before the maps: their offsets stay
@@ -118,6 +122,16 @@ __device__ __forceinline__ void tma_load_ring_tile(u32 dst, const TensorMap* map
     } else {
         tma_load_tile<kCols, kRows>(dst, map, bar, row, head, batch);
     }
+}
+
+// Box `box` of a key tile of kRows rows read through pages: the box's `box_rows` rows of
+// one page (`row` onwards) in every 64-column block, at its rows' place in the tile.
+template <int kCols, int kRows>
+__device__ __forceinline__ void tma_load_page_box(u32 dst, const TensorMap* map, u32 bar, int box, int box_rows, int row,
+                                                  int head, int page) {
+    const u32 at = dst + u32(box * box_rows) * 128;
+#pragma unroll
+    for (int cb = 0; cb < column_boxes<kCols>(); ++cb) tma_load_4d(at + cb * kRows * 128, map, bar, cb * 64, row, head, page);
 }
 
 // The reverse: a staged tile of kRows rows out to global memory, in one bulk group (the

@@ -55,7 +55,10 @@ struct Traits {
     static constexpr bool kWarpSpecialized = Config::kWarpSpecialized;
     static constexpr bool kPingpong = Config::kPingpong;
     static constexpr bool kOverlap = Config::kOverlap;
-    static constexpr bool kTma = Config::kTma;  // K/V by TMA (strided K/V only)
+    static constexpr bool kTma = Config::kTma;  // Q/K/V by TMA, O too (strided K/V only)
+    // Paged K/V: the producer's whole key tiles go by TMA too, a box per page (or one of
+    // a page of whole tiles), where the launcher encoded maps over the page pool.
+    static constexpr bool kTmaPages = kWarpSpecialized && Config::kPaged;
     // A grid of about one block per SM, each striding over the work tiles, so the
     // producer loads the next tile's K/V while the consumers store this one's O.
     static constexpr bool kPersistent = Config::kPersistent;
@@ -144,10 +147,10 @@ struct Traits {
     static constexpr int kSmemVt = kIsFp8 ? kHeadDimVPad * ((kBlockN / 2 + 63) / 64 * 64) : 0;
     static constexpr int kSmemTilesBytes =
         (kSmemQRegion + kSmemORegion + kStages * (kSmemK + kSmemV + kSmemVt)) * 2;
-    // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
-    // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
     // The warp-specialised producer's page table rows (a key tile's page and row within it).
     static constexpr int kPageRowsBytes = kWarpSpecialized && kPaged ? 8 * kBlockN : 0;
+    // + the per-block scalars, or the mbarriers: the K/V ring's (full and empty, K and V,
+    // per stage), each consumer's Q slot's (full and empty) and a shared O slot's (free)
     static constexpr int kSmemBytes =
         kSmemTilesBytes + (kWarpSpecialized ? 32 * kStages + 16 * kWarpgroups * kQBuffers + (kSharedO ? 8 : 0) +
                                                   (kMufuTurns ? 8 : 0) + kSplitTailBytes + (kIsFp8 ? 8 * kStages : 0) +
