@@ -1,0 +1,85 @@
+// -----------------------------------------------------------------------------------------
+// fa4-gen kernel hopper_sm90_bf16_d64_local_softcap_paged_m128n64w8s2_packgqa1_80f21e07f1
+// template  hopper_fwd.cu.tera (hash e8516e2a69916b43)
+// spec      arch=sm90 dtype=bf16 head_dim=64 head_dim_v=64 mask=local features=softcap+paged
+// config    block_m=128 block_n=64 warps=8 stages=2 packgqa=1
+// Rendered by fa4-gen: edit templates/, not this file.
+// -----------------------------------------------------------------------------------------
+#include "fa4/hopper/kernel.cuh"
+#include "fa4/hopper/kernel_ws.cuh"
+
+namespace fa4 {
+namespace hopper {
+// wgmma.m64nNk16 (k32 for FP8) for the N this kernel uses: d holds the thread's N/2 f32 accumulators
+// (layout in wgmma.cuh); `accumulate` 0 overwrites them (scale-d), 1 adds.
+
+template <>
+struct Wgmma<64, fa4::bf16> {
+    // A and B from shared memory (both K-major).
+    __device__ __forceinline__ static void ss(float (&d)[32], u64 a, u64 b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(a), "l"(b), "r"(accumulate));
+    }
+    // A from registers (4 x b32, mma.sync's A fragment), B from shared memory MN-major.
+    __device__ __forceinline__ static void rs(float (&d)[32], const u32 (&a)[4], u64 b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, "
+            "%36, p, 1, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+    }
+};
+
+}  // namespace hopper
+}  // namespace fa4
+
+struct KernelConfig {
+    using Element = fa4::bf16;
+    static constexpr fa4::MaskKind kMask = fa4::MaskKind::Local;
+    static constexpr int kHeadDim = 64;
+    static constexpr int kHeadDimV = 64;
+    static constexpr int kWarpgroups = 2;
+    static constexpr int kBlockN = 64;
+    static constexpr int kStages = 2;
+    static constexpr bool kSinks = false;
+    static constexpr bool kSoftcap = true;
+    static constexpr bool kPaged = true;
+    static constexpr bool kPackGqa = true;
+    static constexpr bool kWarpSpecialized = false;
+    static constexpr bool kPingpong = false;
+    static constexpr bool kOverlap = false;
+    static constexpr bool kTma = false;
+    static constexpr bool kPersistent = false;
+    static constexpr int kOSlots = 0;
+    static constexpr int kQBuffers = 1;
+    static constexpr bool kOInVRing = false;
+    static constexpr bool kLazyRescale = false;
+    static constexpr int kExp2EmuEvery = 0;
+    static constexpr bool kCapOffset = false;
+    static constexpr bool kHalfFirst = false;
+    static constexpr bool kHiddenFirst = false;
+    static constexpr bool kMufuTurns = false;
+    static constexpr int kBlocksPerSm = 1;
+    static constexpr int kProducerRegs = 0;  // 0: no reallocation
+    static constexpr int kConsumerRegs = 0;
+    static constexpr int kClusterM = 1;
+    static constexpr bool kVarlenTiles = false;  // the dense grid (tile_scheduler.cuh)
+};
+
+using KernelTraits = fa4::hopper::Traits<KernelConfig>;
+static_assert(KernelTraits::kSmemBytes == 49168, "shared memory differs from the config space's model");
+static_assert(KernelTraits::kBlockM == 128, "block_m differs from the config space's model");
+
+static_assert(KernelTraits::kThreads == 256, "threads differ from the config space's model");
+
+extern "C" __global__ void __launch_bounds__(KernelTraits::kThreads, KernelTraits::kBlocksPerSm)
+fa4_fwd(const __grid_constant__ fa4::FwdParams params) {
+    fa4::hopper::forward<KernelConfig>(params);
+}
+
