@@ -15,7 +15,7 @@
 # none,paged --db`); the model layers over an FP8 cache in pages of 16 as vLLM calls
 # FlashAttention-3 (`bench/fp8_layers.py`). The first step after a change of the paged
 # defaults or of the producer's page loads; what it passes may then be served
-# (space/hopper.rs: VERIFIED_PAGED_HEAD_DIMS and the FP8 pages' hold).
+# (fa4-spec's PAGE_BOXES_VERIFIED_HEAD_DIMS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -49,15 +49,6 @@ pub(super) const HELD_BACK_FP8_MASKS: &[MaskKind] = &[];
 /// fragments.cuh's finalize). Lifted with the masks above, on the same verify.
 pub(super) const HELD_BACK_FP8_SINKS: bool = false;
 
-/// Likewise for FP8 specs over paged K/V: key tiles by the producer warpgroup's copies
-/// (the 16-bit kernels' page gather, in pairs of bytes; since, by TMA boxes over the page
-/// pools, [`fp8_pages_await_verify`]), then V transposed as a TMA tile is. Lifted: every paged e4m3 default passed `verify` on an H100 (504/504 after the
-/// page rows, 166a4c91-dirty; 1512/1512 with the rest before them, ce3b699e), and with
-/// the page rows and tuned picks the Llama-3-8B and gpt-oss-20b layers over an e4m3 cache
-/// in pages of 16 run 1.18 and 1.24x the bf16 paged kernels (still 0.59 and 0.79x the
-/// same keys packed: docs/performance.md section 8).
-pub(super) const HELD_BACK_FP8_PAGED: bool = false;
-
 /// Likewise for soft-capped FP8 specs: the descales scale the scores before the tanh
 /// (kernel_ws.cuh), the exp2 keeps the cap's scale. Lifted: every default passed `verify`
 /// on an H100 (ce3b699e, with the rest of e4m3's defaults, 1512/1512; through Python 3 of 3).
@@ -71,18 +62,16 @@ const FP8_HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128), (256, 256), (192, 1
 /// on an H100 (ce3b699e, 1512/1512 with the rest; through Python 3 of 3).
 pub(super) const HELD_BACK_FP8_HEAD_DIMS: &[(u32, u32)] = &[];
 
-/// The paged FP8 specs whose kernels TMA over pages changed (the producer's page boxes,
-/// 17e70502-dirty) and no GPU has verified since: `verify` passed for e4m3 d64 and d128
-/// without softcap (252/252, H100), the soft-capped ones and the other head dims wait for
+/// Likewise for FP8 specs over paged K/V where the page boxes await `verify`
+/// ([`fa4_spec::fp8_pages_verified`]). The copies before them passed on an H100 (every
+/// paged e4m3 default, 504/504 after the page rows, 166a4c91-dirty) and were served; TMA
+/// over pages (17e70502-dirty) changed those kernels, and `verify` has passed them again
+/// at d64 and d128 without softcap (252/252, H100). The rest waits for
 /// `bench/paged_check.sh`.
 fn fp8_pages_await_verify(spec: &KernelSpec) -> bool {
     spec.features.paged_kv
-        && (spec.features.softcap
-            || !VERIFIED_PAGED_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v)))
+        && !fa4_spec::fp8_pages_verified(spec.head_dim, spec.head_dim_v, &spec.features)
 }
-
-/// The head dims whose paged warp-specialised kernels (the page boxes) passed `verify`.
-const VERIFIED_PAGED_HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128)];
 
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
@@ -113,7 +102,6 @@ pub(super) fn awaits_verify(spec: &KernelSpec) -> bool {
                 || HELD_BACK_FP8_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
                 || (HELD_BACK_FP8_SINKS && spec.features.sinks)
                 || (HELD_BACK_FP8_SOFTCAP && spec.features.softcap)
-                || (HELD_BACK_FP8_PAGED && spec.features.paged_kv)
                 || fp8_pages_await_verify(spec)))
 }
 
@@ -821,7 +809,10 @@ fn default_tile(spec: &KernelSpec) -> TileConfig {
     }
     let local = spec.mask == MaskKind::Local;
     let paged = spec.features.paged_kv;
-    if paged && !local && VERIFIED_PAGED_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v)) {
+    if paged
+        && !local
+        && fa4_spec::PAGE_BOXES_VERIFIED_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
+    {
         // Over pages: three consumers over 64 keys, the tuner's pick on most paged keys,
         // ran 1.66x (d128) and 1.78x (d64) the stage-1 tile at 4,096 causal keys (H100);
         // the other head dims keep stage 1 until their page boxes pass `verify`.

@@ -521,8 +521,7 @@ impl KernelCache {
                  d128, d256 and 192/128 (`fa4-gen build-cache --head-dim ...` builds them)"
             } else if q.dtype.is_fp8()
                 && q.features.paged_kv
-                && (q.features.softcap
-                    || !matches!((q.head_dim, q.head_dim_v), (64, 64) | (128, 128)))
+                && !fa4_spec::fp8_pages_verified(q.head_dim, q.head_dim_v, &q.features)
             {
                 "e4m3 over paged K/V with softcap, or at head dims other than 64 and 128, is \
                  held back until its page loads pass a GPU verify: pass the keys packed with \

@@ -271,20 +271,7 @@ fn map_layouts(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> [MapLayo
         head_stride: params.q_head_stride,
         batch_stride: params.q_batch_stride,
     };
-    let k = Tensor {
-        ptr: params.k,
-        columns: spec.head_dim / per_column,
-        row_stride: params.k_row_stride,
-        head_stride: params.k_head_stride,
-        batch_stride: params.k_batch_stride,
-    };
-    let v = Tensor {
-        ptr: params.v,
-        columns: spec.head_dim_v / per_column,
-        row_stride: params.v_row_stride,
-        head_stride: params.v_head_stride,
-        batch_stride: params.v_batch_stride,
-    };
+    let [k, v] = kv_tensors(spec, params);
     let o = Tensor {
         ptr: params.o,
         columns: spec.head_dim_v,
@@ -315,29 +302,34 @@ fn map_layouts(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> [MapLayo
 /// rows, heads, pages], the page stride being the batch stride `kernel_params` passes
 /// paged kernels, in boxes of `box_rows` rows of one page.
 fn page_map_layouts(spec: &KernelSpec, params: &FwdParams, box_rows: u32) -> [MapLayout; 2] {
-    let (input, per_column) = map_data(spec.dtype);
+    let (input, _) = map_data(spec.dtype);
     let dims = (
         params.page_size.max(1) as u64,
         params.heads_kv.max(1) as u64,
         PAGES_BOUND,
     );
-    let k = Tensor {
-        ptr: params.k,
-        columns: spec.head_dim / per_column,
-        row_stride: params.k_row_stride,
-        head_stride: params.k_head_stride,
-        batch_stride: params.k_batch_stride,
-    };
-    let v = Tensor {
-        ptr: params.v,
-        columns: spec.head_dim_v / per_column,
-        row_stride: params.v_row_stride,
-        head_stride: params.v_head_stride,
-        batch_stride: params.v_batch_stride,
-    };
+    kv_tensors(spec, params).map(|t| t.layout(input, dims, box_rows))
+}
+
+/// K and V as TMA sees them, in their 16-bit columns: [batch (or page), rows, heads,
+/// columns] with the caller's strides.
+fn kv_tensors(spec: &KernelSpec, params: &FwdParams) -> [Tensor; 2] {
+    let (_, per_column) = map_data(spec.dtype);
     [
-        k.layout(input, dims, box_rows),
-        v.layout(input, dims, box_rows),
+        Tensor {
+            ptr: params.k,
+            columns: spec.head_dim / per_column,
+            row_stride: params.k_row_stride,
+            head_stride: params.k_head_stride,
+            batch_stride: params.k_batch_stride,
+        },
+        Tensor {
+            ptr: params.v,
+            columns: spec.head_dim_v / per_column,
+            row_stride: params.v_row_stride,
+            head_stride: params.v_head_stride,
+            batch_stride: params.v_batch_stride,
+        },
     ]
 }
 
