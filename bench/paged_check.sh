@@ -14,8 +14,7 @@
 # mixes with K/V packed and through pages of 16 (`bench --serving all --features
 # none,paged --db`); the model layers over an FP8 cache in pages of 16 as vLLM calls
 # FlashAttention-3 (`bench/fp8_layers.py`). The first step after a change of the paged
-# defaults or of the producer's page loads; what it passes may then be served
-# (fa4-spec's PAGE_BOXES_VERIFIED_HEAD_DIMS).
+# defaults or of the producer's page loads: what it has not passed is not served.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -345,6 +345,17 @@ def layer_cases(cache):
                      4, 2, cache=cache)
 
 
+def served(cache, head_dim, **select):
+    """Whether the cache serves this head dim with these features (a cache built for some
+    head dims only, as `--head-dims` checks); says so where it does not."""
+    try:
+        fa4gen.KernelCache(cache).select(head_dim=head_dim, max_seqlen_q=2048, **select)
+    except fa4gen.Fa4genError as e:
+        print("skip d%d: %s" % (head_dim, e), flush=True)
+        return False
+    return True
+
+
 def call_cases(cache):
     """The other entry points. flash_attn_with_kvcache: SGLang's extend call (packed
     queries, a paged cache that already holds the new tokens, cache_seqlens), and dense
@@ -368,8 +379,9 @@ def call_cases(cache):
                      via_kvcache=True, cache=cache)
     yield run_varlen("kvcache extend pages of 16 (64/8, sinks, window 128)", 64, bf, PREFIX, 64, 8, causal=True,
                      window=(128, 0), sinks=True, page_size=16, via_kvcache=True, cache=cache)
-    yield run_varlen("kvcache extend pages of 64 softcap", 256, fp, PREFIX, 8, 2, causal=True, softcap=2.0,
-                     page_size=64, via_kvcache=True, cache=cache)
+    if served(cache, 256, dtype="fp16", causal=True, softcap=2.0, paged=True):
+        yield run_varlen("kvcache extend pages of 64 softcap", 256, fp, PREFIX, 8, 2, causal=True, softcap=2.0,
+                         page_size=64, via_kvcache=True, cache=cache)
     yield run_kvcache_dense("kvcache dense, one length (700 of 1000)", 128, bf, 2, 100, 1000, 700, 8, 2,
                             cache=cache)
     yield run_kvcache_dense("kvcache dense causal, lengths per sequence", 64, fp, 3, 77, 600, [600, 77, 0], 8, 8,
@@ -378,11 +390,7 @@ def call_cases(cache):
                             causal=True, batch_idx=True, cache=cache)
     # DeepSeek's prefill (Q/K 192, V 128), where the cache serves it: packed, causal, a
     # cached prefix.
-    try:
-        fa4gen.KernelCache(cache).select(head_dim=192, head_dim_v=128, max_seqlen_q=2048, causal=True)
-    except fa4gen.Fa4genError as e:
-        print("skip d192v128: %s" % e, flush=True)
-    else:
+    if served(cache, 192, head_dim_v=128, causal=True):
         yield run_varlen("deepseek 192/128 prefix causal", 192, bf, PREFIX, 16, 16, causal=True, dv=128,
                          cache=cache)
 

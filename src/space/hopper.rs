@@ -62,17 +62,6 @@ const FP8_HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128), (256, 256), (192, 1
 /// on an H100 (ce3b699e, 1512/1512 with the rest; through Python 3 of 3).
 pub(super) const HELD_BACK_FP8_HEAD_DIMS: &[(u32, u32)] = &[];
 
-/// Likewise for FP8 specs over paged K/V where the page boxes await `verify`
-/// ([`fa4_spec::fp8_pages_verified`]). The copies before them passed on an H100 (every
-/// paged e4m3 default, 504/504 after the page rows, 166a4c91-dirty) and were served; TMA
-/// over pages (17e70502-dirty) changed those kernels, and `verify` has passed them again
-/// at d64 and d128 without softcap (252/252, H100). The rest waits for
-/// `bench/paged_check.sh`.
-fn fp8_pages_await_verify(spec: &KernelSpec) -> bool {
-    spec.features.paged_kv
-        && !fa4_spec::fp8_pages_verified(spec.head_dim, spec.head_dim_v, &spec.features)
-}
-
 /// Columns a head dim takes in shared memory and as the PV GEMM's N: whole 64-column
 /// blocks (traits.cuh's kHeadDimPad). An MN-major wgmma operand (V) cannot end inside a
 /// swizzle atom; the QK GEMM steps over the real columns only.
@@ -93,16 +82,15 @@ pub(super) fn supports_dtype(spec: &KernelSpec) -> bool {
 }
 
 /// Whether the template builds `spec` but the shipped cache waits for `fa4-gen verify` on
-/// a GPU before serving it: a held-back dtype, or an FP8 spec of a held-back mask or with
-/// held-back sinks or pages.
+/// a GPU before serving it: a held-back dtype, or an FP8 spec of a held-back mask, head
+/// dim or feature.
 pub(super) fn awaits_verify(spec: &KernelSpec) -> bool {
     HELD_BACK_DTYPES.contains(&spec.dtype)
         || (spec.dtype.is_fp8()
             && (HELD_BACK_FP8_MASKS.contains(&spec.mask)
                 || HELD_BACK_FP8_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
                 || (HELD_BACK_FP8_SINKS && spec.features.sinks)
-                || (HELD_BACK_FP8_SOFTCAP && spec.features.softcap)
-                || fp8_pages_await_verify(spec)))
+                || (HELD_BACK_FP8_SOFTCAP && spec.features.softcap)))
 }
 
 const WARPGROUPS: &[u32] = &[1, 2, 3];
@@ -809,13 +797,11 @@ fn default_tile(spec: &KernelSpec) -> TileConfig {
     }
     let local = spec.mask == MaskKind::Local;
     let paged = spec.features.paged_kv;
-    if paged
-        && !local
-        && fa4_spec::PAGE_BOXES_VERIFIED_HEAD_DIMS.contains(&(spec.head_dim, spec.head_dim_v))
-    {
+    if paged && !local && matches!((spec.head_dim, spec.head_dim_v), (64, 64) | (128, 128)) {
         // Over pages: three consumers over 64 keys, the tuner's pick on most paged keys,
         // ran 1.66x (d128) and 1.78x (d64) the stage-1 tile at 4,096 causal keys (H100);
-        // the other head dims keep stage 1 until their page boxes pass `verify`.
+        // the other 16-bit head dims keep stage 1, whose tile over pages no GPU has yet
+        // timed beside a warp-specialised one.
         let c = ws_config(3, 64, 1, 1, 0);
         if check(spec, &c).is_ok() {
             return c;

@@ -519,13 +519,6 @@ impl KernelCache {
             fix: if q.dtype.is_fp8() && !fp8_here {
                 "this cache has no e4m3 kernel at this head dim: fa4-gen serves e4m3 at d64, \
                  d128, d256 and 192/128 (`fa4-gen build-cache --head-dim ...` builds them)"
-            } else if q.dtype.is_fp8()
-                && q.features.paged_kv
-                && !fa4_spec::fp8_pages_verified(q.head_dim, q.head_dim_v, &q.features)
-            {
-                "e4m3 over paged K/V with softcap, or at head dims other than 64 and 128, is \
-                 held back until its page loads pass a GPU verify: pass the keys packed with \
-                 cu_seqlens_k, or keep the cache in bf16"
             } else if q.dtype.is_fp8() && q.features.paged_kv {
                 "this cache was built without e4m3 over paged K/V: `fa4-gen build-cache \
                  --features paged` builds it (or pass the keys packed with cu_seqlens_k)"

@@ -26,7 +26,7 @@ pub use footprint::{varlen_cubin_path, Footprint, KERNEL_ENTRY, VARLEN_KERNEL_EN
 pub use hash::{fnv1a64, Fnv1a64};
 pub use params::FwdParams;
 pub use spec::{head_dims_name, Dtype, Features, KernelSpec, MaskKind, TileConfig};
-pub use template::{fp8_pages_verified, Template, PAGE_BOXES_VERIFIED_HEAD_DIMS};
+pub use template::Template;
 
 /// A value given on the command line or in a file that names no offered choice.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

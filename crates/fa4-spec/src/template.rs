@@ -23,19 +23,6 @@ pub enum Template {
     Blackwell,
 }
 
-/// The head dims (QK, V) whose paged warp-specialised Hopper kernels (the producer's TMA
-/// boxes over the page pools) passed `verify` on a GPU: the generator gives 16-bit paged
-/// specs the warp-specialised default there alone, and the shipped cache serves e4m3 over
-/// pages there alone, soft-capped aside ([`fp8_pages_verified`]).
-pub const PAGE_BOXES_VERIFIED_HEAD_DIMS: &[(u32, u32)] = &[(64, 64), (128, 128)];
-
-/// Whether e4m3 over pages at these head dims and features is served (else built with
-/// `build-cache --held-back` alone, until `bench/paged_check.sh` verifies it): the runtime
-/// names the hold when a call asks for it.
-pub fn fp8_pages_verified(head_dim: u32, head_dim_v: u32, features: &crate::Features) -> bool {
-    !features.softcap && PAGE_BOXES_VERIFIED_HEAD_DIMS.contains(&(head_dim, head_dim_v))
-}
-
 impl Template {
     pub const ALL: [Template; 3] = [Template::Portable, Template::Hopper, Template::Blackwell];
 

@@ -403,7 +403,7 @@ fn e4m3_problems_without_e4m3_kernels_are_named() {
         .unwrap_err();
     assert!(
         e.to_string()
-            .contains("held back until its page loads pass a GPU verify: pass the keys packed"),
+            .contains("this cache was built without e4m3 over paged K/V"),
         "{e}"
     );
     let e = cache
