@@ -75,13 +75,13 @@ fn a_wheel_carries_its_library_and_cache() {
     let tmp = dir.path();
     // The spec's one kernel, compiled, and a manifest of that spec alone (an untuned spec,
     // so its default is all it serves).
-    crate::common::compile_default(tmp, "build", "hopper", "128", "causal", "sinks+paged");
+    crate::common::compile_default(tmp, "build", "hopper", "128", "causal", "softcap+paged");
     let cut = r#"
 import json, shutil, sys
 from pathlib import Path
 repo, tmp = Path(sys.argv[1]), Path(sys.argv[2])
 m = json.load(open(repo / "generated/manifest.json"))
-tag = "sm90_bf16_d128_causal_sinks_paged"
+tag = "sm90_bf16_d128_causal_softcap_paged"
 entry = m["archs"]["sm90"]["specs"][tag]
 assert not any(k.startswith("tuned") and v for k, v in entry.items()), entry
 m["archs"] = {"sm90": dict(m["archs"]["sm90"], specs={tag: entry})}
@@ -159,7 +159,7 @@ for k in json.load(open(os.path.join(here, "cache/manifest.json")))["kernels"].v
         h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
     assert "%016x" % h == k["cubin_hash"], k
 with fa4gen.KernelCache() as c:
-    s = c.select(head_dim=128, max_seqlen_q=4096, causal=True, sinks=True, paged=True)
+    s = c.select(head_dim=128, max_seqlen_q=4096, causal=True, softcap=30.0, paged=True)
     print(s["kernel"], s["reason"])
     try:
         c.select(head_dim=128, max_seqlen_q=4096, causal=True)
