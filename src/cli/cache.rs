@@ -50,7 +50,7 @@ pub struct BuildCacheArgs {
     #[arg(long = "borrow-sinks")]
     pub borrow_sinks: bool,
     /// Also build the kernels the shipped cache holds back until every default has passed
-    /// `fa4-gen verify` on a GPU (now: e4m3 over paged K/V with softcap or at d256 and 192/128, whose page boxes are unverified): a cache to check them with
+    /// `fa4-gen verify` on a GPU (none now: every e4m3 default, paged ones included, has passed): a cache to check them with
     /// (`python3 -m fa4gen.check`), not to serve
     #[arg(long = "held-back")]
     pub held_back: bool,
