@@ -799,15 +799,22 @@ fn default_tile(spec: &KernelSpec) -> TileConfig {
     let paged = spec.features.paged_kv;
     if paged && !local && matches!((spec.head_dim, spec.head_dim_v), (64, 64) | (128, 128)) {
         // Over pages: three consumers over 64 keys, the tuner's pick on most paged keys,
-        // ran 1.66x (d128) and 1.78x (d64) the stage-1 tile at 4,096 causal keys (H100);
-        // the other 16-bit head dims keep stage 1, whose tile over pages no GPU has yet
-        // timed beside a warp-specialised one.
+        // ran 1.66x (d128) and 1.78x (d64) the stage-1 tile at 4,096 causal keys (H100).
         let c = ws_config(3, 64, 1, 1, 0);
         if check(spec, &c).is_ok() {
             return c;
         }
     }
-    if !paged {
+    // d96, 192/128 and d256 over pages take their packed tile: the tuner's winners over
+    // pages (causal, 4,096 and 16,384 keys) ran 2.02 to 2.53x the stage-1 tile, and are
+    // two consumers over 80 to 176 keys (H100). Windows over pages, and 192/192 (no GPU
+    // has verified its tile over pages), keep stage 1.
+    let ws_over_pages = !local
+        && matches!(
+            (spec.head_dim, spec.head_dim_v),
+            (96, 96) | (192, 128) | (256, 256)
+        );
+    if !paged || ws_over_pages {
         // (consumers, block_n, pingpong, overlap, persistent)
         let ws: &[(u32, u32, u32, u32, u32)] = match (spec.head_dim, local) {
             (..=64, true) => &[],

@@ -464,11 +464,34 @@ fn defaults_take_the_warp_specialized_schedule_where_it_led() {
         persistent(&local),
         "d128 windows: a persistent single consumer, two blocks per SM"
     );
-    // Pages take three consumers over 64 keys, the tuner's pick over pages; windows
-    // over pages stay with the stage-1 schedule.
+    // Pages take three consumers over 64 keys at d64 and d128, the tuner's pick over
+    // pages, and the packed tile at the other head dims (the tuner's winners over pages
+    // there are that tile or its twins); windows over pages stay with stage 1.
     assert_eq!(ws(128, MaskKind::Causal, true), (true, 192, 64));
     assert_eq!(ws(64, MaskKind::None, true), (true, 192, 64));
+    for (hd, mask) in [
+        (96, MaskKind::Causal),
+        (256, MaskKind::Causal),
+        (256, MaskKind::None),
+    ] {
+        assert_eq!(ws(hd, mask, true), ws(hd, mask, false), "d{hd} {mask}");
+    }
+    let deepseek = |paged| {
+        let mut spec = KernelSpec {
+            head_dim_v: 128,
+            ..KernelSpec::new(Arch::Sm90, Dtype::Fp16, 192, MaskKind::Causal)
+        };
+        spec.features.paged_kv = paged;
+        default_config(&spec)
+    };
+    assert_eq!(deepseek(true), deepseek(false));
+    assert!(warp_specialized(&deepseek(true)));
     assert!(!ws(128, MaskKind::Local, true).0);
+    assert!(!ws(256, MaskKind::Local, true).0);
+    assert!(
+        !ws(192, MaskKind::Causal, true).0,
+        "192/192 over pages: unverified"
+    );
     assert!(!ws(64, MaskKind::Local, false).0);
 }
 
