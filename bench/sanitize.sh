@@ -42,15 +42,23 @@ prepare() {
     du -ch .device/*.xz | tail -1
 }
 
-# One kernel under one tool: TOOL NAME DTYPE HD MASK FEATURES CONFIG [sanitizer options]
+# A KERNELS line as NAME, SPEC (the spec's flags) and PICK (its config's filter; none for
+# the default).
+parse() {
+    local dtype hd mask features config
+    read -r dtype hd mask features config <<< "$1"
+    NAME="$dtype-d$hd-$mask-$features-${config%%_ws1}"
+    SPEC=(--arch sm90 --template hopper --dtype "$dtype" --head-dim "$hd" --mask "$mask" --features "$features")
+    PICK=()
+    if [ "$config" != default ]; then PICK=(--config-filter "$config"); fi
+}
+
+# The kernel parse() read, under one tool: TOOL [sanitizer options]
 under() {
-    local tool=$1 name=$2 dtype=$3 hd=$4 mask=$5 features=$6 config=$7
-    shift 7
-    local pick=()
-    [ "$config" != default ] && pick=(--config-filter "$config")
-    step "$tool-$name" 20 timeout "$CAP" "$SAN" --tool "$tool" --kernel-name kns=fa4_fwd "$@" --print-limit 200 \
-        "$B" verify --arch sm90 --template hopper --dtype "$dtype" --head-dim "$hd" --mask "$mask" \
-        --features "$features" "${pick[@]}" --cases "$CASES" --seed 7 --build-dir /tmp/build -q
+    local tool=$1
+    shift
+    step "$tool-$NAME" 20 timeout "$CAP" "$SAN" --tool "$tool" --kernel-name kns=fa4_fwd "$@" --print-limit 200 \
+        "$B" verify "${SPEC[@]}" "${PICK[@]}" --cases "$CASES" --seed 7 --build-dir /tmp/build -q
 }
 
 run() {
@@ -61,22 +69,16 @@ run() {
     nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.csv" 2>&1
     SAN=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
     "$SAN" --version > "$R/sanitizer-version.txt" 2>&1
-    local k name
+    local k
     for k in "${KERNELS[@]}"; do
-        read -r dtype hd mask features config <<< "$k"
-        name="$dtype-d$hd-$mask-$features-${config%%_ws1}"
-        step "compile-$name" 10 "$B" compile --arch sm90 --template hopper --dtype "$dtype" --head-dim "$hd" \
-            --mask "$mask" --features "$features" \
-            $([ "$config" != default ] && echo "--config-filter $config" || echo "--default-only") \
-            --out /tmp/build -q
-        under racecheck "$name" "$dtype" "$hd" "$mask" "$features" "$config" \
-            --racecheck-report all --racecheck-detect-level info
+        parse "$k"
+        step "compile-$NAME" 10 "$B" compile "${SPEC[@]}" "${PICK[@]:---default-only}" --out /tmp/build -q
+        under racecheck --racecheck-report all --racecheck-detect-level info
     done
     for k in "${KERNELS[@]}"; do
-        read -r dtype hd mask features config <<< "$k"
-        name="$dtype-d$hd-$mask-$features-${config%%_ws1}"
-        under memcheck "$name" "$dtype" "$hd" "$mask" "$features" "$config"
-        under synccheck "$name" "$dtype" "$hd" "$mask" "$features" "$config"
+        parse "$k"
+        under memcheck
+        under synccheck
     done
     python3 bench/sanitize_summary.py "$R" > "$R/summary.txt" 2>&1
     # every log in one file: the trip back takes a few files
